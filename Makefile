@@ -1,0 +1,44 @@
+# turnstile — everything is driven from here.
+PYTHON ?= python3.11
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: install run test test-unit test-integration bench bench-quick schemas clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	@mkdir -p var
+	$(BIN)/python -m consumers.devrun
+
+test: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-unit: $(STAMP)
+	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
+
+test-integration: $(STAMP)
+	$(BIN)/python -m pytest tests/integration $(PYTEST_ARGS)
+
+$(VENV)/.bench-installed: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	@touch $@
+
+bench: $(VENV)/.bench-installed
+	$(BIN)/python -m bench.run --profile full
+
+bench-quick: $(VENV)/.bench-installed
+	$(BIN)/python -m bench.run --profile quick
+
+schemas: $(STAMP)
+	$(BIN)/python -m schemas.export docs/schemas
+
+clean:
+	rm -rf var .pytest_cache

@@ -1,0 +1,1 @@
+"""turnstile's domain: session records and rules, the session lifecycle engine, and their ports."""

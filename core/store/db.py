@@ -1,0 +1,70 @@
+"""Engine creation and the one shared SQL metadata.
+
+Every table module registers its tables on ``metadata`` so Alembic and tests
+see one schema. SQLite gets WAL, a busy timeout and ``BEGIN IMMEDIATE`` for
+every transaction (a deferred transaction that reads then writes fails with
+SQLITE_BUSY at once, ignoring busy_timeout: aiosqlite #251).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import MetaData, event
+from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+metadata = MetaData(naming_convention=NAMING)
+
+SQLITE_BUSY_TIMEOUT_MS = 10_000
+
+
+def is_sqlite(url: str) -> bool:
+    return url.startswith("sqlite")
+
+
+def normalise_url(url: str) -> str:
+    """Map plain driver URLs onto their async drivers (``sqlite://`` → aiosqlite, ``postgresql://`` → asyncpg)."""
+    if url.startswith("sqlite:"):
+        return "sqlite+aiosqlite:" + url[len("sqlite:"):]
+    if url.startswith("postgresql:") or url.startswith("postgres:"):
+        return "postgresql+asyncpg:" + url.split(":", 1)[1]
+    return url
+
+
+def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
+    """Create the async engine; for SQLite set WAL, busy timeout and immediate transactions."""
+    url = normalise_url(url)
+    if is_sqlite(url):
+        engine = create_async_engine(url, **kwargs)
+
+        @event.listens_for(engine.sync_engine, "connect")
+        def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+            # Let SQLAlchemy, not pysqlite, emit BEGIN so we can make it IMMEDIATE.
+            dbapi_conn.isolation_level = None
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.close()
+
+        @event.listens_for(engine.sync_engine, "begin")
+        def _on_begin(conn: Any) -> None:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+        return engine
+    kwargs.setdefault("pool_size", 10)
+    kwargs.setdefault("max_overflow", 10)
+    return create_async_engine(url, **kwargs)
+
+
+def sessionmaker(engine: AsyncEngine) -> async_sessionmaker[Any]:
+    return async_sessionmaker(engine, expire_on_commit=False)
