@@ -1,0 +1,1 @@
+"""The service shell: NATS wiring, inbound loop, control API, per-session actors."""

@@ -1,0 +1,97 @@
+"""Control API: NATS request/reply on ``<prefix>.api.<resource>.<verb>`` through a FastStream router.
+
+Every handler decodes and validates its request with a pydantic model, calls
+the core, and answers ``{ok: true, result}`` or ``{ok: false, error: {code,
+message}}``. A refusal is never a stack trace; an unexpected failure is
+logged and answered with code ``internal``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from faststream.nats import NatsRouter
+from faststream.nats.annotations import NatsMessage
+from pydantic import BaseModel, ValidationError
+
+from core.errors import TurnstileError
+from schemas.subjects import Subjects
+
+log = logging.getLogger(__name__)
+
+API_QUEUE = "turnstile-api"
+
+Handler = Callable[[Any], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One control operation: its resource, verb, request model and implementation."""
+
+    resource: str
+    verb: str
+    request: type[BaseModel]
+    call: Handler
+    summary: str = ""
+
+
+def error_reply(code: str, message: str) -> bytes:
+    return orjson.dumps({"ok": False, "error": {"code": code, "message": message}})
+
+
+def ok_reply(result: Any) -> bytes:
+    return orjson.dumps({"ok": True, "result": result}, default=_default)
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, (set, frozenset)):
+        return sorted(value)
+    to_dict = getattr(value, "to_dict", None)
+    if callable(to_dict):
+        return to_dict()
+    raise TypeError(f"cannot encode {type(value).__name__}")
+
+
+async def dispatch(op: Operation, raw: bytes) -> bytes:
+    """Validate ``raw`` against the operation's request model and run it."""
+    try:
+        data = orjson.loads(raw) if raw.strip() else {}
+    except orjson.JSONDecodeError as exc:
+        return error_reply("bad_json", f"request is not JSON: {exc}")
+    try:
+        request = op.request.model_validate(data)
+    except ValidationError as exc:
+        details = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in exc.errors()[:5]
+        )
+        return error_reply("invalid", details)
+    try:
+        result = await op.call(request)
+    except TurnstileError as exc:
+        return error_reply(exc.code, exc.message)
+    except Exception as exc:
+        log.exception("control %s.%s failed", op.resource, op.verb)
+        return error_reply("internal", f"{type(exc).__name__}: {exc}")
+    return ok_reply(result)
+
+
+def build_router(subjects: Subjects, operations: list[Operation]) -> NatsRouter:
+    """One FastStream subscriber (queue group ``turnstile-api``) per operation."""
+    router = NatsRouter()
+    for op in operations:
+        router.subscriber(subjects.api(op.resource, op.verb), queue=API_QUEUE)(_handler_for(op))
+    return router
+
+
+def _handler_for(op: Operation) -> Callable[[NatsMessage], Awaitable[bytes]]:
+    async def handle(message: NatsMessage) -> bytes:
+        return await dispatch(op, bytes(message.body))
+
+    handle.__name__ = f"api_{op.resource}_{op.verb}"
+    return handle

@@ -1,0 +1,98 @@
+"""The ``turnstile`` command: ``run`` the service, ``send`` a message and wait for its reply, ``api`` calls."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+import uuid
+
+import orjson
+
+from consumers.settings import Settings
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="turnstile", description="chat-agent sessions on NATS JetStream")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("run", help="run the service in the foreground (settings from TURNSTILE_* variables)")
+    send = sub.add_parser("send", help="publish one inbound message and print the reply")
+    send.add_argument("text")
+    send.add_argument("--session", required=True, help="session id")
+    send.add_argument("--platform", default="cli")
+    send.add_argument("--timeout", type=float, default=30.0)
+    api = sub.add_parser("api", help="call a control operation, e.g. `turnstile api session.get '{\"session_id\":\"s1\"}'`")
+    api.add_argument("operation", help="<resource>.<verb>")
+    api.add_argument("body", nargs="?", default="{}")
+    api.add_argument("--timeout", type=float, default=10.0)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = Settings()
+    if args.command == "run":
+        return asyncio.run(_run(settings))
+    if args.command == "send":
+        return asyncio.run(_send(settings, args.platform, args.session, args.text, args.timeout))
+    return asyncio.run(_api(settings, args.operation, args.body, args.timeout))
+
+
+async def _run(settings: Settings) -> int:
+    from consumers.service import TurnstileService
+
+    service = TurnstileService(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await service.start()
+    logging.getLogger("turnstile").info("turnstile ready on %s (prefix %s)", settings.nats_url, settings.prefix)
+    await stop.wait()
+    await service.stop()
+    return 0
+
+
+async def _send(settings: Settings, platform: str, session_id: str, text: str, timeout_s: float) -> int:
+    import nats
+
+    from schemas.subjects import Subjects
+
+    subjects = Subjects(settings.prefix)
+    nc = await nats.connect(settings.nats_url)
+    try:
+        sub = await nc.subscribe(subjects.outbound(platform, session_id))
+        msg_id = uuid.uuid4().hex
+        body = {"id": msg_id, "session_id": session_id, "platform": platform, "text": text}
+        await nc.jetstream().publish(
+            subjects.inbound(platform, session_id), orjson.dumps(body), headers={"Nats-Msg-Id": msg_id}
+        )
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while True:
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                print("no reply within timeout", file=sys.stderr)
+                return 1
+            reply = await sub.next_msg(timeout=remaining)
+            data = orjson.loads(reply.data)
+            if data.get("reply_to") == msg_id:
+                print(data.get("text", ""))
+                return 0
+    finally:
+        await nc.close()
+
+
+async def _api(settings: Settings, operation: str, body: str, timeout_s: float) -> int:
+    import nats
+
+    resource, _, verb = operation.partition(".")
+    nc = await nats.connect(settings.nats_url)
+    try:
+        reply = await nc.request(f"{settings.prefix}.api.{resource}.{verb}", body.encode(), timeout=timeout_s)
+        print(orjson.dumps(orjson.loads(reply.data), option=orjson.OPT_INDENT_2).decode())
+        return 0 if orjson.loads(reply.data).get("ok") else 2
+    finally:
+        await nc.close()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

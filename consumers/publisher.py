@@ -1,0 +1,93 @@
+"""Publishing to JetStream: checkpoints (fenced), events, outbound replies, dead letters."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import orjson
+from nats.js import JetStreamContext
+from nats.js.errors import APIError, NotFoundError
+
+from core.errors import CheckpointFailed
+from schemas.subjects import Subjects
+from schemas.wire import DeadLetter, ErrorBody, Event, OutboundReply
+
+log = logging.getLogger(__name__)
+
+WRONG_LAST_SEQUENCE = 10071
+
+
+class Publisher:
+    """Thin JetStream publisher; every publish awaits the stream's ack."""
+
+    def __init__(self, js: JetStreamContext, subjects: Subjects, timeout_s: float = 10.0) -> None:
+        self.js = js
+        self.subjects = subjects
+        self.timeout_s = timeout_s
+
+    async def checkpoint(self, session_id: str, payload: bytes, expected_last_seq: int | None) -> int:
+        """Publish a checkpoint; with ``expected_last_seq`` the broker refuses it if another writer got there first.
+
+        Returns the new subject sequence. Raises CheckpointFailed on any failure.
+        """
+        headers = None
+        if expected_last_seq is not None:
+            headers = {"Nats-Expected-Last-Subject-Sequence": str(expected_last_seq)}
+        try:
+            ack = await self.js.publish(
+                self.subjects.checkpoint(session_id), payload, timeout=self.timeout_s, headers=headers
+            )
+        except APIError as exc:
+            if exc.err_code == WRONG_LAST_SEQUENCE:
+                raise CheckpointFailed(
+                    f"checkpoint for {session_id!r} refused: another worker wrote one since sequence {expected_last_seq}"
+                ) from exc
+            raise CheckpointFailed(f"checkpoint for {session_id!r} refused by the broker: {exc}") from exc
+        except Exception as exc:
+            raise CheckpointFailed(f"checkpoint for {session_id!r} not acknowledged: {exc!r}") from exc
+        return int(ack.seq)
+
+    async def last_checkpoint(self, session_id: str) -> tuple[int, bytes] | None:
+        """The newest checkpoint of a session as (subject sequence, payload), or None."""
+        try:
+            msg = await self.js.get_last_msg(self.subjects.checkpoint_stream, self.subjects.checkpoint(session_id))
+        except NotFoundError:
+            return None
+        return int(msg.seq or 0), bytes(msg.data or b"")
+
+    async def emit(self, session_id: str | None, event_type: str, data: dict[str, Any]) -> None:
+        """Publish an event on ``<prefix>.events.<sid>.<type>``."""
+        event = Event(type=event_type, session_id=session_id, at=time.time(), data=data)
+        await self.js.publish(
+            self.subjects.event(session_id, event_type), orjson.dumps(event.model_dump()), timeout=self.timeout_s
+        )
+
+    async def outbound(self, platform: str, reply: OutboundReply) -> None:
+        """Publish a reply with ``Nats-Msg-Id`` = ``<sid>:<turn>:<seq>`` (a resumed turn cannot duplicate it)."""
+        msg_id = f"{reply.session_id}:{reply.turn_id}:{reply.seq}"
+        await self.js.publish(
+            self.subjects.outbound(platform, reply.session_id),
+            orjson.dumps(reply.model_dump()),
+            timeout=self.timeout_s,
+            headers={"Nats-Msg-Id": msg_id},
+        )
+
+    async def dead_letter(
+        self, subject: str, raw: bytes, headers: dict[str, str] | None, code: str, message: str
+    ) -> None:
+        """Put a rejected raw input on the dead-letter stream with its error."""
+        letter = DeadLetter(
+            error=ErrorBody(code=code, message=message),
+            subject=subject,
+            raw=raw.decode("utf-8", errors="replace"),
+            headers=dict(headers or {}),
+            at=time.time(),
+        )
+        await self.js.publish(
+            self.subjects.dlq_inbound,
+            orjson.dumps(letter.model_dump()),
+            timeout=self.timeout_s,
+            headers={"Turnstile-Error-Code": code},
+        )

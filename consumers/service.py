@@ -1,0 +1,133 @@
+"""TurnstileService: the one place that wires everything and owns start-up and shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import orjson
+from faststream.nats import NatsBroker
+from nats.js import JetStreamContext
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from consumers.actors import ActorRegistry
+from consumers.api import build_router
+from consumers.inbound import InboundLoop
+from consumers.operations import control_operations
+from consumers.publisher import Publisher
+from consumers.settings import Settings
+from consumers.streams import ensure_streams
+from consumers.turns import TurnRunner
+from consumers.wiring import EngineSessions, ManagerRecorder, build_manager
+from core.store.db import create_engine
+from core.store.inbox import SqlInbox
+from core.store.migrate import migrate
+from schemas.subjects import Subjects
+from schemas.wire import InboundMessage
+
+log = logging.getLogger(__name__)
+
+
+class TurnstileService:
+    """One turnstile process: broker connection, streams, store, session manager, actors, inbound loop, API."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.subjects = Subjects(settings.prefix)
+        self.broker: NatsBroker | None = None
+        self.js: JetStreamContext | None = None
+        self.db: AsyncEngine | None = None
+        self.inbox: SqlInbox | None = None
+        self.publisher: Publisher | None = None
+        self.manager: Any = None
+        self.engines: EngineSessions | None = None
+        self.actors: ActorRegistry | None = None
+        self.inbound: InboundLoop | None = None
+        self._started = False
+
+    async def start(self) -> None:
+        s = self.settings
+        self.db = create_engine(s.database_url)
+        await migrate(self.db)
+        self.broker = NatsBroker(s.nats_url, max_reconnect_attempts=-1, graceful_timeout=10.0)
+        await self.broker.connect()
+        self.js = self.broker.connection.jetstream()
+        await ensure_streams(self.js, s, self.subjects)
+        self.publisher = Publisher(self.js, self.subjects)
+        self.inbox = SqlInbox(self.db)
+        self.inbox.start()
+        self.engines = EngineSessions(s, self.db)
+        await self.engines.start()
+        self.manager = build_manager(s, self.db, self.publisher, self._clear_session_data)
+        await self.manager.start()
+        turn_slots = asyncio.Semaphore(s.max_concurrent_turns)
+        self.actors = ActorRegistry(
+            lambda sid: TurnRunner(
+                sid,
+                engines=self.engines,  # type: ignore[arg-type]
+                book=self.manager,
+                publisher=self.publisher,  # type: ignore[arg-type]
+                inbox=self.inbox,  # type: ignore[arg-type]
+                turn_slots=turn_slots,
+                mid_turn_policy=self.mid_turn_policy_of(sid),
+            ),
+            idle_s=s.actor_idle_s,
+        )
+        self.broker.include_router(build_router(self.subjects, control_operations(self)))
+        await self.broker.start()
+        # Messages staged but unfinished before a stop or crash go back to their actors, in order.
+        for staged in await self.inbox.pending():
+            await self.actors.deliver(staged, InboundMessage.model_validate(orjson.loads(staged.payload)))
+        self.inbound = InboundLoop(
+            self.js,
+            s,
+            self.subjects,
+            self.publisher,
+            ManagerRecorder(self.manager),
+            self.inbox,
+            self.actors.deliver,
+        )
+        self.inbound.start()
+        self._started = True
+
+    def mid_turn_policy_of(self, session_id: str) -> str:
+        """The session's mid-turn policy: its ``mid_turn_policy`` metadata key, else the service default."""
+        record = self.manager.get_session(session_id) if self.manager is not None else None
+        metadata = getattr(record, "metadata", None) or {}
+        policy = metadata.get("mid_turn_policy") if isinstance(metadata, dict) else None
+        return policy if policy in ("enqueue", "interrupt", "reject") else self.settings.mid_turn_policy
+
+    async def _clear_session_data(self, session_id: str) -> None:
+        """SM-21: after session.deleted — stop the running turn, clear journal, inbox and checkpoints."""
+        if self.actors is not None:
+            await self.actors.stop_session(session_id)
+        if self.engines is not None:
+            await self.engines.clear(session_id)
+        if self.js is not None:
+            try:
+                await self.js.purge_stream(self.subjects.checkpoint_stream, subject=self.subjects.checkpoint(session_id))
+            except Exception as exc:
+                log.warning("purging checkpoints of %s failed: %r", session_id, exc)
+
+    async def stop(self) -> None:
+        """Stop fetching, let running turns finish (bounded), flush, close connections."""
+        if self.inbound is not None:
+            await self.inbound.stop()
+        if self.actors is not None:
+            await self.actors.close()
+        if self.broker is not None:
+            try:
+                await self.broker.stop()
+            except Exception as exc:
+                log.warning("closing the broker: %r", exc)
+        if self.inbox is not None:
+            try:
+                await self.inbox.close()
+            except Exception as exc:
+                log.warning("flushing the inbox: %r", exc)
+        if self.engines is not None:
+            await self.engines.close()
+        if self.db is not None:
+            await self.db.dispose()
+        self._started = False

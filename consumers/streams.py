@@ -1,0 +1,83 @@
+"""Create or update turnstile's JetStream streams and the inbound consumer, idempotently."""
+
+from __future__ import annotations
+
+import logging
+
+from nats.js import JetStreamContext
+from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    DeliverPolicy,
+    DiscardPolicy,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+)
+from nats.js.errors import NotFoundError
+
+from consumers.settings import Settings
+from schemas.subjects import Subjects
+
+log = logging.getLogger(__name__)
+
+
+def stream_configs(settings: Settings, subjects: Subjects) -> list[StreamConfig]:
+    """The stream table of docs/protocol.md, built from settings in one place."""
+    common = dict(storage=StorageType.FILE, retention=RetentionPolicy.LIMITS, num_replicas=settings.stream_replicas)
+    return [
+        StreamConfig(
+            name=subjects.inbound_stream,
+            subjects=[subjects.inbound_all],
+            max_age=settings.inbound_max_age_s,
+            duplicate_window=settings.duplicate_window_s,
+            **common,
+        ),
+        StreamConfig(
+            name=subjects.checkpoint_stream,
+            subjects=[subjects.checkpoint_all],
+            max_msgs_per_subject=settings.checkpoints_per_session,
+            discard=DiscardPolicy.OLD,
+            allow_direct=True,
+            **common,
+        ),
+        StreamConfig(
+            name=subjects.events_stream,
+            subjects=[subjects.events_all],
+            max_age=settings.events_max_age_s,
+            **common,
+        ),
+        StreamConfig(
+            name=subjects.outbound_stream,
+            subjects=[subjects.outbound_all],
+            max_age=settings.outbound_max_age_s,
+            duplicate_window=settings.duplicate_window_s,
+            **common,
+        ),
+        StreamConfig(name=subjects.dlq_stream, subjects=[subjects.dlq_all], **common),
+    ]
+
+
+def inbound_consumer_config(settings: Settings) -> ConsumerConfig:
+    return ConsumerConfig(
+        durable_name=settings.consumer_name,
+        ack_policy=AckPolicy.EXPLICIT,
+        deliver_policy=DeliverPolicy.ALL,
+        ack_wait=settings.ack_wait_s,
+        max_deliver=settings.max_deliver,
+        max_ack_pending=max(settings.fetch_batch * 8, 1024),
+        max_waiting=64,
+    )
+
+
+async def ensure_streams(js: JetStreamContext, settings: Settings, subjects: Subjects) -> None:
+    """Add each stream, or update it to the configured settings when it exists."""
+    for config in stream_configs(settings, subjects):
+        try:
+            await js.stream_info(config.name or "")
+        except NotFoundError:
+            await js.add_stream(config)
+            log.info("created stream %s", config.name)
+        else:
+            await js.update_stream(config)
+    await js.add_consumer(subjects.inbound_stream, inbound_consumer_config(settings))

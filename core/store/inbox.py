@@ -1,0 +1,218 @@
+"""The durable inbox: inbound messages staged before they are acknowledged (MQ-8).
+
+A fetched batch is staged in one transaction (group commit) and only then
+acked. Staging is idempotent on (platform, message id), so a redelivered or
+replayed message is never staged twice. Rows stay ``staged`` until their turn
+is finished (``done``) or they are dropped as stale (``dropped``); on restart,
+``pending()`` hands the unfinished ones back to their session actors in order.
+Status marks are written in batches in the background: a lost mark only makes
+a finished message be looked at again, which the actor recognises.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Float,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    Table,
+    UniqueConstraint,
+    and_,
+    bindparam,
+    delete,
+    select,
+    tuple_,
+    update,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from core.store.db import metadata
+
+log = logging.getLogger(__name__)
+
+STAGED, DONE, DROPPED = "staged", "done", "dropped"
+
+inbox = Table(
+    "inbox",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("platform", String(64), nullable=False),
+    Column("message_id", String(256), nullable=False),
+    Column("session_id", String(512), nullable=True),
+    Column("generation", BigInteger, nullable=False),
+    Column("payload", LargeBinary, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("staged_at", Float, nullable=False),
+    Column("finished_at", Float, nullable=True),
+    UniqueConstraint("platform", "message_id", name="uq_inbox_platform_message"),
+    Index("ix_inbox_status_id", "status", "id"),
+)
+
+
+@dataclass(frozen=True)
+class StagedMessage:
+    """One inbound message as staged: raw validated payload plus the generation it belongs to."""
+
+    platform: str
+    message_id: str
+    session_id: str | None
+    generation: int
+    payload: bytes
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.platform, self.message_id)
+
+
+class SqlInbox:
+    """The inbox table with group-committed staging and batched status marks."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self._marks: dict[tuple[str, str], str] = {}
+        self._wake = asyncio.Event()
+        self._flusher: asyncio.Task[None] | None = None
+        self._closing = False
+
+    def start(self) -> None:
+        if self._flusher is None:
+            self._flusher = asyncio.create_task(self._flush_loop(), name="inbox-marks")
+
+    async def stage(self, messages: Sequence[StagedMessage]) -> list[bool]:
+        """Stage a batch in one transaction; True for each message that was not staged before."""
+        if not messages:
+            return []
+        keys = list(dict.fromkeys(m.key for m in messages))
+        now = time.time()
+        async with self._engine.begin() as conn:
+            rows = await conn.execute(
+                select(inbox.c.platform, inbox.c.message_id).where(
+                    tuple_(inbox.c.platform, inbox.c.message_id).in_(keys)
+                )
+            )
+            existing = {(r[0], r[1]) for r in rows}
+            fresh: dict[tuple[str, str], StagedMessage] = {}
+            for m in messages:
+                if m.key not in existing and m.key not in fresh:
+                    fresh[m.key] = m
+            if fresh:
+                values = [
+                    {
+                        "platform": m.platform,
+                        "message_id": m.message_id,
+                        "session_id": m.session_id,
+                        "generation": m.generation,
+                        "payload": m.payload,
+                        "status": STAGED,
+                        "staged_at": now,
+                    }
+                    for m in fresh.values()
+                ]
+                insert = (postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert)(inbox)
+                await conn.execute(insert.on_conflict_do_nothing(), values)
+        seen: set[tuple[str, str]] = set()
+        result = []
+        for m in messages:
+            result.append(m.key in fresh and m.key not in seen)
+            seen.add(m.key)
+        return result
+
+    async def pending(self) -> list[StagedMessage]:
+        """Every staged, unfinished message in staging order."""
+        async with self._engine.connect() as conn:
+            rows = await conn.execute(
+                select(
+                    inbox.c.platform, inbox.c.message_id, inbox.c.session_id, inbox.c.generation, inbox.c.payload
+                )
+                .where(inbox.c.status == STAGED)
+                .order_by(inbox.c.id)
+            )
+            return [StagedMessage(r[0], r[1], r[2], int(r[3]), bytes(r[4])) for r in rows]
+
+    async def status_of(self, platform: str, message_id: str) -> str | None:
+        await self.flush()
+        async with self._engine.connect() as conn:
+            row = (
+                await conn.execute(
+                    select(inbox.c.status).where(
+                        and_(inbox.c.platform == platform, inbox.c.message_id == message_id)
+                    )
+                )
+            ).first()
+            return None if row is None else str(row[0])
+
+    async def count(self, session_id: str | None = None) -> int:
+        await self.flush()
+        async with self._engine.connect() as conn:
+            q = select(inbox.c.id)
+            if session_id is not None:
+                q = q.where(inbox.c.session_id == session_id)
+            return len((await conn.execute(q)).all())
+
+    def mark(self, message: StagedMessage, status: str) -> None:
+        """Record that a message finished (``done``) or was dropped; written in the next batch."""
+        self._marks[message.key] = status
+        self._wake.set()
+
+    async def flush(self) -> None:
+        """Write the queued status marks now."""
+        if not self._marks:
+            return
+        marks, self._marks = self._marks, {}
+        now = time.time()
+        stmt = (
+            update(inbox)
+            .where(and_(inbox.c.platform == bindparam("p"), inbox.c.message_id == bindparam("m")))
+            .values(status=bindparam("s"), finished_at=now)
+        )
+        try:
+            async with self._engine.begin() as conn:
+                await conn.execute(stmt, [{"p": k[0], "m": k[1], "s": s} for k, s in marks.items()])
+        except Exception:
+            # Put them back (newer marks win); the next flush retries.
+            for k, s in marks.items():
+                self._marks.setdefault(k, s)
+            raise
+
+    async def forget_finished(self, older_than_s: float) -> int:
+        """Delete finished rows older than the given age (dedup beyond the stream's window is kept until then)."""
+        cutoff = time.time() - older_than_s
+        async with self._engine.begin() as conn:
+            res = await conn.execute(
+                delete(inbox).where(and_(inbox.c.status != STAGED, inbox.c.finished_at < cutoff))
+            )
+            return int(res.rowcount or 0)
+
+    async def _flush_loop(self) -> None:
+        while not self._closing:
+            await self._wake.wait()
+            self._wake.clear()
+            try:
+                await self.flush()
+            except Exception:
+                log.exception("writing inbox marks failed; retrying")
+                await asyncio.sleep(0.5)
+                self._wake.set()
+
+    async def close(self) -> None:
+        self._closing = True
+        self._wake.set()
+        if self._flusher is not None:
+            self._flusher.cancel()
+            try:
+                await self._flusher
+            except asyncio.CancelledError:
+                pass
+            self._flusher = None
+        await self.flush()

