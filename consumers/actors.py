@@ -125,19 +125,25 @@ class ActorRegistry:
         await asyncio.wait_for(_all(), timeout_s)
 
     async def close(self, drain_timeout_s: float = 10.0) -> None:
-        """Stop taking work, let running turns finish within the timeout, then cancel the rest."""
+        """Stop taking work, let running turns finish within the timeout, then cancel the rest.
+
+        Work still in a mailbox stays staged in the inbox and is replayed at the next start.
+        """
         self._closing = True
-        tasks = [a.task for a in self._actors.values() if a.task is not None]
-        for a in self._actors.values():
-            # Unstarted work stays staged in the inbox and is replayed at the next start.
+        actors = list(self._actors.values())
+        for a in actors:
             while not a.mailbox.empty():
                 a.mailbox.get_nowait()
                 a.mailbox.task_done()
-        if tasks:
-            done, pending = await asyncio.wait(tasks, timeout=drain_timeout_s)
+        idle = [a.task for a in actors if a.task is not None and not a.busy]
+        busy = [a.task for a in actors if a.task is not None and a.busy]
+        for t in idle:
+            t.cancel()
+        if busy:
+            _, pending = await asyncio.wait(busy, timeout=drain_timeout_s)
             for t in pending:
                 t.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
+        await asyncio.gather(*idle, *busy, return_exceptions=True)
+        for a in actors:
+            await a.runner.release()
         self._actors.clear()
-
-

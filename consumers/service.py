@@ -19,7 +19,7 @@ from consumers.publisher import Publisher
 from consumers.settings import Settings
 from consumers.streams import ensure_streams
 from consumers.turns import TurnRunner
-from consumers.wiring import EngineSessions, ManagerRecorder, build_manager
+from consumers.wiring import EngineSessions, ManagerRecorder, ManagerTakePolicy, build_manager
 from core.store.db import create_engine
 from core.store.inbox import SqlInbox
 from core.store.migrate import migrate
@@ -61,6 +61,7 @@ class TurnstileService:
         await self.engines.start()
         self.manager = build_manager(s, self.db, self.publisher, self._clear_session_data)
         await self.manager.start()
+        self.engines.take_policy = ManagerTakePolicy(self.manager)
         turn_slots = asyncio.Semaphore(s.max_concurrent_turns)
         self.actors = ActorRegistry(
             lambda sid: TurnRunner(

@@ -3,9 +3,9 @@
 Order of a turn (DESIGN "Flow"): generation check → restore the engine session
 from the last checkpoint if not loaded → stage the user message (checkpoint)
 → ``run_pending_turn`` (a checkpoint after every durable step) → generation
-check → outbound reply → turn bookkeeping → inbox mark. A message already
-answered before a crash is re-delivered from the engine's journal under the
-same ``Nats-Msg-Id``, so JetStream deduplicates it.
+check → outbound replies → turn bookkeeping → inbox mark. A message answered
+before a crash is delivered again from the engine's state under the same
+``Nats-Msg-Id`` (``<sid>:<turn_id>:<seq>``), which JetStream deduplicates.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from typing import Any, Protocol
 import orjson
 
 from consumers.publisher import Publisher
-from core.errors import CheckpointFailed, TurnstileError
+from core.engine import Session
+from core.errors import Cancelled, CheckpointFailed, TurnstileError
 from core.store.inbox import DONE, DROPPED, SqlInbox, StagedMessage
 from schemas.wire import Checkpoint, InboundMessage, OutboundReply
 
@@ -30,41 +31,16 @@ RETRY_BASE_DELAY_S = 0.2
 MAX_ERROR_CHARS = 200
 
 
-class EngineSession(Protocol):
-    """The slice of core.engine.Session the runner drives."""
-
-    @property
-    def pending_turn(self) -> bool: ...
-
-    async def begin_user_turn(self, text: str, metadata: dict[str, Any]) -> bool: ...
-
-    async def run_pending_turn(self, operation_id: str, checkpoint: Any) -> str | None: ...
-
-    def snapshot(self) -> dict[str, Any]: ...
-
-    def answer_for_external_event(self, external_event_id: str) -> dict[str, Any] | None: ...
-
-    def pending_external_event_id(self) -> str | None: ...
-
-    def current_turn_id(self) -> str | None: ...
-
-    def usage_since_last_call(self) -> tuple[int, int]: ...
-
-    async def interrupt_current_turn(self) -> None: ...
-
-    def cancel(self, operation_id: str) -> None: ...
-
-
 class EngineFactory(Protocol):
     """Opens engine sessions, fresh or from a checkpoint snapshot."""
 
-    async def open(self, session_id: str, restored: dict[str, Any] | None) -> EngineSession: ...
+    async def open(self, session_id: str, restored: dict[str, Any] | None) -> Session: ...
 
     async def clear(self, session_id: str) -> None: ...
 
 
 class SessionBook(Protocol):
-    """What the runner needs from the session manager."""
+    """What the runner needs from the session manager (turn bookkeeping, generations)."""
 
     def generation_of(self, session_id: str) -> int: ...
 
@@ -76,8 +52,20 @@ class SessionBook(Protocol):
 
 
 def external_id_of(inbound: InboundMessage) -> str:
-    """The id a turn is keyed by: the platform's event id, else the inbound message id."""
+    """The id a turn is keyed by: the platform's event id, else one derived from the inbound message id."""
     return inbound.external_event_id or f"inbound:{inbound.platform}:{inbound.id}"
+
+
+def transition_of(snapshot: dict[str, Any]) -> str:
+    """Name the durable step a snapshot was taken after: the kind of its newest journal entry."""
+    transcript = snapshot.get("transcript") or []
+    if not transcript:
+        return "opened"
+    last = transcript[-1]
+    kind = str(last.get("kind") or "step")
+    if kind == "event":
+        return str((last.get("payload") or {}).get("type") or kind)
+    return kind
 
 
 class TurnRunner:
@@ -101,41 +89,44 @@ class TurnRunner:
         self._inbox = inbox
         self._slots = turn_slots
         self.mid_turn_policy = mid_turn_policy
-        self._engine: EngineSession | None = None
+        self._engine: Session | None = None
         self._generation: int | None = None
         self._checkpoint_seq: int | None = None
         self._operation: str | None = None
-        self._turn_task: asyncio.Task[str | None] | None = None
-        self._interrupt_requested = False
+        self._stop_reason: str | None = None
         self._rejected: set[tuple[str, str]] = set()
 
-    # -- arrival policy -------------------------------------------------------
+    # -- arrival policy ---------------------------------------------------------------
     def notice_arrival(self, inbound: InboundMessage, *, busy: bool) -> None:
-        """Apply the mid-turn policy when a message arrives while a turn runs."""
+        """Apply the mid-turn policy to a message that arrives while a turn runs."""
         if not busy:
             return
-        if self.mid_turn_policy == "interrupt" and self._turn_task is not None:
-            self._interrupt_requested = True
-            self._turn_task.cancel()
+        if self.mid_turn_policy == "interrupt":
+            self._cancel_running("interrupt")
         elif self.mid_turn_policy == "reject":
             self._rejected.add((inbound.platform, inbound.id))
 
-    # -- lifecycle --------------------------------------------------------------
+    def _cancel_running(self, reason: str) -> None:
+        if self._engine is not None and self._operation is not None:
+            self._stop_reason = reason
+            self._engine.cancel(self._operation)
+
+    # -- lifecycle ----------------------------------------------------------------------
     def unload(self) -> None:
+        """Forget the loaded session; the next message restores it from its last checkpoint."""
         self._engine = None
         self._generation = None
         self._checkpoint_seq = None
 
     async def stop_running_turn(self) -> None:
-        task = self._turn_task
-        if task is not None and not task.done():
-            task.cancel()
-            try:
-                await task
-            except BaseException:
-                pass
+        """Cancel the running turn, if any (deletion stops it before the data clear)."""
+        self._cancel_running("deleted")
 
-    async def _load(self, generation: int) -> EngineSession:
+    async def release(self) -> None:
+        if self._engine is not None:
+            await self._engine.release_managed_sources()
+
+    async def _load(self, generation: int) -> Session:
         if self._engine is not None and self._generation == generation:
             return self._engine
         last = await self._pub.last_checkpoint(self.session_id)
@@ -147,7 +138,7 @@ class TurnRunner:
             try:
                 cp = Checkpoint.model_validate(orjson.loads(payload))
             except Exception as exc:
-                log.warning("session %s: unreadable checkpoint at %d (%r); starting fresh", self.session_id, seq, exc)
+                log.warning("session %s: unreadable checkpoint at %d (%r); folding the journal", self.session_id, seq, exc)
             else:
                 if cp.generation == generation:
                     restored = cp.snapshot
@@ -155,25 +146,28 @@ class TurnRunner:
         self._generation = generation
         return self._engine
 
-    async def _checkpoint(self, snapshot: dict[str, Any], transition: str, inbound_id: str | None) -> None:
-        assert self._generation is not None
-        cp = Checkpoint(
-            session_id=self.session_id,
-            generation=self._generation,
-            format_version=int(snapshot.get("format_version", 1)),
-            state_version=int(snapshot.get("state_version", 0)),
-            transition=str(snapshot.get("last_transition") or transition),
-            inbound_id=inbound_id,
-            at=time.time(),
-            snapshot=snapshot,
-        )
-        self._checkpoint_seq = await self._pub.checkpoint(
-            self.session_id, orjson.dumps(cp.model_dump()), self._checkpoint_seq
-        )
+    def _checkpointer(self, inbound_id: str | None, transition: str | None = None) -> Any:
+        async def checkpoint(snapshot: dict[str, Any]) -> None:
+            assert self._generation is not None
+            cp = Checkpoint(
+                session_id=self.session_id,
+                generation=self._generation,
+                format_version=int(snapshot.get("format_version", 1)),
+                state_version=int(snapshot.get("state_version", 0)),
+                transition=transition or transition_of(snapshot),
+                inbound_id=inbound_id,
+                at=time.time(),
+                snapshot=snapshot,
+            )
+            self._checkpoint_seq = await self._pub.checkpoint(
+                self.session_id, orjson.dumps(cp.model_dump()), self._checkpoint_seq
+            )
 
-    # -- one message --------------------------------------------------------------
+        return checkpoint
+
+    # -- one message ----------------------------------------------------------------------
     async def handle(self, staged: StagedMessage, inbound: InboundMessage) -> None:
-        """Serve one staged message; retried on transient failures, never raises for bad luck."""
+        """Serve one staged message; transient failures are retried, then it stays staged."""
         if staged.key in self._rejected:
             self._rejected.discard(staged.key)
             await self._drop(staged, inbound, "busy")
@@ -196,106 +190,115 @@ class TurnRunner:
             await self._drop(staged, inbound, "stale_generation")
             return
         engine = await self._load(staged.generation)
+        checkpoint = self._checkpointer(inbound.id)
         ext_id = external_id_of(inbound)
-        previous = engine.answer_for_external_event(ext_id)
-        if previous is not None:
-            # Answered before a crash: deliver again; JetStream dedups on Nats-Msg-Id.
-            await self._deliver(staged, inbound, previous)
+        if engine.answer_for_external_event(ext_id) is not None and engine.pending_external_event_id != ext_id:
+            # Answered before a crash or replayed: deliver again; JetStream dedups on Nats-Msg-Id.
+            await self._deliver_previous(staged, inbound, engine, ext_id)
             self._inbox.mark(staged, DONE)
             return
-        if not (engine.pending_turn and engine.pending_external_event_id() == ext_id):
+        if not (engine.pending_turn and engine.pending_external_event_id == ext_id):
             if engine.pending_turn:
-                # A turn from before a crash that nobody is waiting for any more: finish it first.
-                await self._run_turn(engine, staged, None)
+                # A turn left pending by a crash whose message is no longer waiting: close it first.
+                await engine.interrupt_current_turn(checkpoint=checkpoint)
             metadata = {
                 "external_event_id": ext_id,
                 "inbound_id": inbound.id,
-                "platform": inbound.platform,
-                "sender": inbound.sender.model_dump() if inbound.sender else None,
-                "attachments": [a.model_dump() for a in inbound.attachments],
+                "principal": inbound.sender.user_id if inbound.sender else None,
+                "attachments": [a.model_dump(exclude_none=True) for a in inbound.attachments],
             }
-            if not await engine.begin_user_turn(inbound.text, metadata):
-                await self._drop(staged, inbound, "empty_or_refused")
+            try:
+                began = await engine.begin_user_turn(
+                    inbound.text, metadata, checkpoint=self._checkpointer(inbound.id, "message_staged")
+                )
+            except CheckpointFailed:
+                raise
+            except TurnstileError as exc:
+                await self._drop(staged, inbound, exc.code, exc.message)
                 return
-            await self._checkpoint(engine.snapshot(), "message_staged", inbound.id)
+            if not began:
+                await self._drop(staged, inbound, "not_staged", "empty input, a completed session or a duplicate")
+                return
         await self._book.turn_started(sid)
-        await self._pub.emit(sid, "turn.started", {"inbound_id": inbound.id, "generation": staged.generation})
-        outcome, error, answer = "error", None, None
-        try:
-            answer = await self._run_turn(engine, staged, inbound)
-            outcome = "replied" if answer is not None else "silent"
-        except asyncio.CancelledError:
-            current = asyncio.current_task()
-            if current is not None and current.cancelling():
-                raise  # the actor itself is being shut down
-            # The turn task alone was cancelled: an interrupt (mid-turn policy) or a deletion.
-            self._interrupt_requested = False
-            await engine.interrupt_current_turn()
-            if self._book.generation_of(sid) == staged.generation:
-                await self._checkpoint(engine.snapshot(), "interrupted", inbound.id)
-            outcome = "aborted"
-        except CheckpointFailed:
-            raise
-        except TurnstileError as exc:
-            outcome, error = "error", f"{exc.code}: {exc.message}"[:MAX_ERROR_CHARS]
-        except Exception as exc:
-            log.exception("session %s: turn failed", sid)
-            outcome, error = "error", repr(exc)[:MAX_ERROR_CHARS]
+        await self._pub.emit(sid, "turn.started", {"inbound_id": inbound.id, "turn_id": engine.turn_id,
+                                                    "generation": staged.generation})
+        outcome, error = await self._run(engine, checkpoint)
         # SM-22 / MQ-5: deleted while running → no outbound delivery.
         if self._book.generation_of(sid) != staged.generation:
             await self._drop(staged, inbound, "stale_generation")
             return
-        if answer is not None:
-            reply = engine.answer_for_external_event(ext_id) or {"text": answer}
-            await self._deliver(staged, inbound, reply)
-        tokens_in, tokens_out = engine.usage_since_last_call()
-        if tokens_in or tokens_out:
-            await self._book.add_usage(sid, tokens_in, tokens_out)
-            await self._pub.emit(sid, "usage", {"input": tokens_in, "output": tokens_out})
-        ended = time.time()
-        await self._book.turn_ended(sid, outcome, error, ended)
+        if outcome == "replied":
+            await self._deliver_outputs(staged, inbound, engine)
+        usage = engine.last_usage
+        if usage.input_tokens or usage.output_tokens:
+            await self._book.add_usage(sid, usage.input_tokens, usage.output_tokens)
+            await self._pub.emit(sid, "usage", {"input": usage.input_tokens, "output": usage.output_tokens})
+        await self._book.turn_ended(sid, outcome, error, time.time())
         await self._pub.emit(
             sid,
             "turn.ended",
-            {"inbound_id": inbound.id, "outcome": outcome, "error": error, "generation": staged.generation},
+            {"inbound_id": inbound.id, "turn_id": engine.turn_id, "outcome": outcome, "error": error,
+             "generation": staged.generation},
         )
         self._inbox.mark(staged, DONE)
 
-    async def _run_turn(
-        self, engine: EngineSession, staged: StagedMessage, inbound: InboundMessage | None
-    ) -> str | None:
-        inbound_id = inbound.id if inbound else None
+    async def _run(self, engine: Session, checkpoint: Any) -> tuple[str, str | None]:
+        """Run the pending turn; map its result onto (outcome, error)."""
+        self._operation = f"{self.session_id}:{engine.turn_id}:{uuid.uuid4().hex[:8]}"
+        self._stop_reason = None
+        try:
+            async with self._slots:
+                await engine.run_pending_turn(self._operation, checkpoint)
+        except Cancelled:
+            # Mid-turn interrupt or deletion: repair orphaned tool calls, user-stop notice, idle (KS-8).
+            if self._book.generation_of(self.session_id) == self._generation:
+                await engine.interrupt_current_turn(checkpoint=checkpoint)
+            return "aborted", None
+        except CheckpointFailed:
+            raise
+        except TurnstileError as exc:
+            return "error", f"{exc.code}: {exc.message}"[:MAX_ERROR_CHARS]
+        except Exception as exc:
+            log.exception("session %s: turn failed", self.session_id)
+            return "error", repr(exc)[:MAX_ERROR_CHARS]
+        finally:
+            self._operation = None
+        return ("replied" if engine.turn_outputs else "silent"), None
 
-        async def checkpoint(snapshot: dict[str, Any]) -> None:
-            await self._checkpoint(snapshot, "step", inbound_id)
+    async def _deliver_outputs(self, staged: StagedMessage, inbound: InboundMessage, engine: Session) -> None:
+        for out in engine.turn_outputs:
+            objects: list[dict[str, Any]] = []
+            if out.kind == "object":
+                objects.append({"object_id": out.object_id, "file_name": out.file_name, "media_type": out.media_type})
+            await self._publish_reply(staged, inbound, str(engine.turn_id), out.seq, out.text or "", objects)
 
-        self._operation = uuid.uuid4().hex
-        async with self._slots:
-            self._turn_task = asyncio.create_task(engine.run_pending_turn(self._operation, checkpoint))
-            try:
-                return await self._turn_task
-            finally:
-                self._turn_task = None
-                self._operation = None
+    async def _deliver_previous(
+        self, staged: StagedMessage, inbound: InboundMessage, engine: Session, ext_id: str
+    ) -> None:
+        for resp in engine.responses_for_external_event(ext_id):
+            objects = [{"object_id": resp["object_id"]}] if resp.get("object_id") else []
+            turn_id = str(resp.get("turn_id") or engine.turn_id)
+            await self._publish_reply(staged, inbound, turn_id, int(resp["seq"]), str(resp.get("text") or ""), objects)
 
-    async def _deliver(self, staged: StagedMessage, inbound: InboundMessage, answer: dict[str, Any]) -> None:
-        assert self._generation is not None
+    async def _publish_reply(
+        self, staged: StagedMessage, inbound: InboundMessage, turn_id: str, seq: int, text: str,
+        objects: list[dict[str, Any]],
+    ) -> None:
         reply = OutboundReply(
             session_id=self.session_id,
             generation=staged.generation,
-            turn_id=str(answer.get("turn_id") or external_id_of(inbound)),
-            seq=int(answer.get("seq") or 1),
+            turn_id=turn_id,
+            seq=seq,
             reply_to=inbound.id,
             external_event_id=inbound.external_event_id,
-            text=str(answer.get("text", "")),
-            objects=list(answer.get("objects") or []),
+            text=text,
+            objects=objects,
         )
         await self._pub.outbound(inbound.platform, reply)
 
-    async def _drop(self, staged: StagedMessage, inbound: InboundMessage, reason: str) -> None:
-        await self._pub.emit(
-            self.session_id,
-            "message.dropped",
-            {"inbound_id": inbound.id, "reason": reason, "generation": staged.generation},
-        )
+    async def _drop(self, staged: StagedMessage, inbound: InboundMessage, reason: str, detail: str = "") -> None:
+        data: dict[str, Any] = {"inbound_id": inbound.id, "reason": reason, "generation": staged.generation}
+        if detail:
+            data["detail"] = detail
+        await self._pub.emit(self.session_id, "message.dropped", data)
         self._inbox.mark(staged, DROPPED)

@@ -33,12 +33,14 @@ class Sender(WireModel):
 
 
 class Attachment(WireModel):
-    """An attachment reference; bytes travel out of band (object store / adapter)."""
+    """An attachment: a reference (``url``) and/or small inline bytes (``data_base64``, within the size limit)."""
 
+    id: str | None = Field(None, max_length=256, description="stable object id; generated when absent")
     file_name: str = Field(min_length=1, max_length=255)
     media_type: str = Field("application/octet-stream", max_length=128)
     url: str | None = Field(None, max_length=4096)
     size_bytes: int | None = Field(None, ge=0)
+    data_base64: str | None = Field(None, description="inline bytes, base64")
 
 
 class InboundMessage(WireModel):

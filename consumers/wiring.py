@@ -1,0 +1,201 @@
+"""Adapters between the service shell and the core: engine sessions, manager, take policy, platforms."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import orjson
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from consumers.settings import Settings
+from core.engine import (
+    JournalHistoryReader,
+    LeaseRegistry,
+    RuntimeModel,
+    Session,
+    SessionOptions,
+    TakeVerdict,
+)
+from core.errors import InvalidInput
+from core.providers.base import Provider
+from core.sessions import take
+from core.sessions.inbound import ChatScope, IncomingMessage, Sender
+from core.sessions.manager import SessionManager
+from core.sessions.platforms import AdapterInstance, OwnerIdentities, PlatformRegistry
+from core.sessions.ports import ClearSessionData, EventSink
+from core.store.journal_repo import SqlHistoryJournal
+from core.store.knowledge_repo import SqlKnowledgeStore
+from core.store.session_repo import SqlSessionRepository
+from schemas.wire import InboundMessage
+
+log = logging.getLogger(__name__)
+
+
+def to_incoming(message: InboundMessage) -> IncomingMessage:
+    """Map the wire inbound model onto the core's IncomingMessage."""
+    chat = None
+    if message.chat is not None:
+        chat = ChatScope(
+            type=message.chat.type,
+            target_id=message.chat.target_id,
+            multi_party=message.chat.multi_party,
+            declared_one_to_one=message.chat.declared_one_to_one,
+            name=message.chat.name,
+        )
+    sender = Sender(user_id=message.sender.user_id, name=message.sender.name) if message.sender else None
+    return IncomingMessage(
+        id=message.id,
+        session_id=message.session_id,
+        platform=message.platform,
+        instance=message.instance,
+        self_id=message.self_id,
+        chat=chat,
+        sender=sender,
+        source=message.source,
+        text=message.text,
+    )
+
+
+class ManagerRecorder:
+    """The inbound loop's view of the session manager (wire model in, core model to the manager)."""
+
+    def __init__(self, manager: SessionManager) -> None:
+        self._manager = manager
+
+    async def record_inbound(self, message: InboundMessage) -> None:
+        await self._manager.record_inbound(to_incoming(message))
+        sid = message.session_id
+        if sid is not None and message.source is None and self._manager.get_session(sid) is None:
+            # No chat scope to file a room from (SM-3): keep the session as a record filed by id,
+            # which a later native inbound with a chat scope backfills.
+            try:
+                await self._manager.ensure_session(sid)
+            except Exception as exc:  # SM-17: a failure to record is a warning, never a rejection
+                log.warning("filing %s by id failed: %r", sid, exc)
+
+    def generation_of(self, session_id: str) -> int:
+        return self._manager.generation_of(session_id)
+
+
+class ManagerTakePolicy:
+    """The engine's TakePolicy port, answered by the session manager's can_take (SM-24/SM-25).
+
+    The engine passes the principal as ``"<platform>:<user_id>"`` (split at the first colon).
+    """
+
+    def __init__(self, manager: SessionManager) -> None:
+        self._manager = manager
+
+    def can_take(self, current_id: str, target_id: str, principal: str | None) -> TakeVerdict:
+        who = None
+        if principal and ":" in principal:
+            platform, user_id = principal.split(":", 1)
+            if user_id:
+                who = take.Principal(platform=platform, user_id=user_id)
+        verdict = self._manager.can_take(current_id, target_id, who)
+        return TakeVerdict(ok=True) if verdict.ok else TakeVerdict(ok=False, reason=verdict.reason.source if verdict.reason else None)
+
+
+def platform_registry(settings: Settings) -> PlatformRegistry:
+    """Adapter instances from ``TURNSTILE_PLATFORMS_JSON`` (see docs/protocol.md#platforms)."""
+    if not settings.platforms_json.strip():
+        return PlatformRegistry()
+    try:
+        items = orjson.loads(settings.platforms_json)
+        instances = [
+            AdapterInstance(
+                instance_id=str(i["instance_id"]),
+                platform=str(i["platform"]),
+                type=str(i.get("type", "")),
+                claims=tuple(str(c) for c in i.get("claims", [])),
+                chat_scopes={str(k): bool(v) for k, v in (i.get("chat_scopes") or {}).items()},
+            )
+            for i in items
+        ]
+    except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
+        raise InvalidInput(f"TURNSTILE_PLATFORMS_JSON is not a list of adapter instances: {exc!r}") from exc
+    return PlatformRegistry(instances)
+
+
+def owner_identities(settings: Settings) -> OwnerIdentities:
+    pairs = []
+    for item in settings.owners:
+        platform, sep, user_id = item.partition(":")
+        if not sep or not platform or not user_id:
+            raise InvalidInput(f"owner identity {item!r} must be 'platform:user_id'")
+        pairs.append((platform, user_id))
+    return OwnerIdentities(pairs)
+
+
+def build_manager(
+    settings: Settings, db: AsyncEngine, events: EventSink, clear_session_data: ClearSessionData
+) -> SessionManager:
+    return SessionManager(
+        SqlSessionRepository(db),
+        events,
+        registry=platform_registry(settings),
+        owners=owner_identities(settings),
+        clear_session_data=clear_session_data,
+    )
+
+
+def build_provider(settings: Settings) -> Provider:
+    if settings.provider == "scripted":
+        from core.providers.scripted import ScriptedProvider
+
+        return ScriptedProvider()
+    if settings.provider == "openai":
+        from core.providers.openai_chat import OpenAIChatProvider
+
+        return OpenAIChatProvider(
+            settings.openai_base_url, settings.openai_api_key, timeout_s=settings.provider_timeout_s
+        )
+    raise InvalidInput(f"unknown provider {settings.provider!r} (scripted | openai)")
+
+
+class EngineSessions:
+    """Opens engine sessions over the shared journal, knowledge store, provider and leases."""
+
+    def __init__(self, settings: Settings, db: AsyncEngine) -> None:
+        self._settings = settings
+        self.journal = SqlHistoryJournal(db)
+        self.knowledge = SqlKnowledgeStore(db)
+        self.provider = build_provider(settings)
+        self.leases = LeaseRegistry()
+        self.take_policy: Any = None
+        self.runtime = RuntimeModel(
+            model=settings.model,
+            reasoning_effort=settings.reasoning_effort,
+            context_window_tokens=settings.context_window_tokens,
+        )
+
+    async def start(self) -> None:
+        return None
+
+    def options_for(self, session_id: str) -> SessionOptions:
+        return SessionOptions.conversation("conversation", roots=[])
+
+    async def open(self, session_id: str, restored: dict[str, Any] | None) -> Session:
+        return await Session.open(
+            session_id=session_id,
+            system_prompt=self._settings.system_prompt,
+            runtime=self.runtime,
+            options=self.options_for(session_id),
+            journal=self.journal,
+            provider=self.provider,
+            knowledge=self.knowledge,
+            restored=restored,
+            take_policy=self.take_policy,
+            history_reader=JournalHistoryReader(self.journal),
+            leases=self.leases,
+        )
+
+    async def clear(self, session_id: str) -> None:
+        await self.journal.clear(session_id)
+
+    async def close(self) -> None:
+        await self.journal.aclose()
+        close = getattr(self.provider, "aclose", None)
+        if close is not None:
+            await close()

@@ -1,0 +1,51 @@
+"""The session lifecycle engine (KS-1..KS-21): pure-ish async core behind small ports."""
+
+from __future__ import annotations
+
+from core.engine.delivery import validate_delivery_file_name
+from core.engine.ingress import JournalHistoryReader, ingress_options
+from core.engine.journal import EntryKind, HistoryJournal, InMemoryJournal, JournalEntry
+from core.engine.knowledge import InMemoryKnowledgeStore, KnowledgeNode, KnowledgeObject, KnowledgeStore
+from core.engine.objects import ResolvedObject
+from core.engine.options import AgentMode, RuntimeModel, SessionOptions, WorkBinding
+from core.engine.policy import MidTurnAction, MidTurnPolicy, decide_mid_turn
+from core.engine.ports import HistoryReader, SameSessionOnly, TakePolicy, TakeVerdict
+from core.engine.session import Checkpoint, Session
+from core.engine.snapshot import FORMAT_VERSION, Snapshot
+from core.engine.tools import LeaseRegistry, ToolDefinition, ToolRegistry, builtin_registry
+from core.engine.turn_loop import TurnExhausted
+
+__all__ = [
+    "FORMAT_VERSION",
+    "AgentMode",
+    "Checkpoint",
+    "EntryKind",
+    "HistoryJournal",
+    "HistoryReader",
+    "InMemoryJournal",
+    "InMemoryKnowledgeStore",
+    "JournalHistoryReader",
+    "JournalEntry",
+    "KnowledgeNode",
+    "KnowledgeObject",
+    "KnowledgeStore",
+    "LeaseRegistry",
+    "MidTurnAction",
+    "MidTurnPolicy",
+    "ResolvedObject",
+    "RuntimeModel",
+    "SameSessionOnly",
+    "Session",
+    "SessionOptions",
+    "Snapshot",
+    "TakePolicy",
+    "TakeVerdict",
+    "ToolDefinition",
+    "ToolRegistry",
+    "TurnExhausted",
+    "WorkBinding",
+    "builtin_registry",
+    "decide_mid_turn",
+    "ingress_options",
+    "validate_delivery_file_name",
+]

@@ -1,0 +1,80 @@
+"""Context recovery (KS-21): keep the projected context inside the model's window.
+
+The projected context is the Chatend text (system prompt + messages), estimated
+at one token per four characters. When it exceeds ``context_window_tokens`` the
+oldest whole turns are summarised through the provider (usage counted) into one
+``summary`` entry that replaces them in the transcript, so the snapshot stays
+bounded; the journal keeps every original entry. The pending turn is never cut,
+and cuts fall only on user-message boundaries so a tool call is never separated
+from its result. The newest items kept aim at half the window.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from core.engine.chatend import chatend_text, project_messages, render_messages
+from core.engine.journal import EntryKind
+from core.providers.base import ModelRequest, estimate_tokens
+
+if TYPE_CHECKING:
+    from core.engine.session import Checkpoint, Session
+
+KEEP_FRACTION = 0.5
+
+
+def projected_tokens(system_prompt: str, transcript: list[dict[str, Any]]) -> int:
+    """Estimated tokens of the context the model would receive."""
+    return estimate_tokens(chatend_text(system_prompt, project_messages(transcript)))
+
+
+def choose_cut(system_prompt: str, transcript: list[dict[str, Any]], window_tokens: int, protect_from: int) -> int:
+    """Index of the first transcript item to keep (0: nothing can be summarised)."""
+    boundaries = [
+        i for i, item in enumerate(transcript)
+        if 0 < i <= protect_from and item["kind"] == "user_message"
+    ]
+    if not boundaries:
+        return 0
+    target = int(window_tokens * KEEP_FRACTION) - estimate_tokens(system_prompt)
+    for index in boundaries:
+        kept = estimate_tokens(render_messages(project_messages(transcript[index:])))
+        if kept <= target:
+            return index
+    return boundaries[-1]
+
+
+async def recover_context(session: Session, checkpoint: Checkpoint | None) -> bool:
+    """Summarise old turns when the context is over the window; True if it compacted."""
+    state = session.state
+    window = state.runtime.context_window_tokens
+    if projected_tokens(session.system_prompt, state.transcript) <= window:
+        return False
+    transcript = state.transcript
+    protect_from = len(transcript) - 1
+    if state.turn.pending:
+        for index, item in enumerate(transcript):
+            if item.get("turn_id") == state.turn.turn_id:
+                protect_from = index
+                break
+    cut = choose_cut(session.system_prompt, transcript, window, protect_from)
+    if cut == 0:
+        return False
+    covered = transcript[:cut]
+    request = ModelRequest(
+        model=state.runtime.model,
+        reasoning_effort=state.runtime.reasoning_effort,
+        system_prompt="Summarise the conversation below so it can continue without it.",
+        messages=project_messages(covered),
+        purpose="summary",
+    )
+    response = await session.guarded(session.provider.complete(request))
+    session.last_usage = session.last_usage + response.usage
+    payload = {
+        "text": response.text,
+        "covers_through_seq": covered[-1]["seq"],
+        "replaced_count": len(covered),
+        "usage": response.usage.model_dump(),
+    }
+    await session.commit([session.draft(EntryKind.SUMMARY, payload, in_turn=False)], checkpoint)
+    return True

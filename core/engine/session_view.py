@@ -1,0 +1,99 @@
+"""Read-only queries over a session's accepted state (mixed into ``Session``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from core.engine.snapshot import Status, build_snapshot, status_of
+from core.engine.state import SessionState, TurnOutput
+from core.providers.base import Usage
+
+
+class SessionView:
+    """Properties and queries the worker reads; never mutates state."""
+
+    _state: SessionState
+    system_prompt: str
+    _running_op: str | None
+
+    def answer_for_external_event(self, external_event_id: str) -> dict[str, Any] | None:
+        """The newest terminal response for exactly that event, or None (KS-14)."""
+        terminal = [r for r in self.responses_for_external_event(external_event_id) if r["terminal"]]
+        return terminal[-1] if terminal else None
+
+    def responses_for_external_event(self, external_event_id: str) -> list[dict[str, Any]]:
+        """All agent/system responses for that event, in transcript order (KS-14)."""
+        return [dict(r) for r in self._state.external_responses.get(external_event_id, [])]
+
+    def requires_history_ingress(self) -> bool:
+        """True only for an ordinary conversation whose source has terminated (KS-16)."""
+        return self._state.mode.is_conversation and self._state.source_terminated
+
+    def snapshot(self) -> dict[str, Any]:
+        """The complete versioned snapshot (KS-20)."""
+        return build_snapshot(self._state, self.system_prompt)
+
+    @property
+    def state(self) -> SessionState:
+        """The accepted state (treat as read-only)."""
+        return self._state
+
+    @property
+    def session_id(self) -> str:
+        """The session id."""
+        return self._state.session_id
+
+    @property
+    def pending_turn(self) -> bool:
+        """Whether a turn waits to be run (or is running)."""
+        return self._state.turn.pending
+
+    @property
+    def turn_id(self) -> str | None:
+        """Id of the current turn, or of the last one once it ended."""
+        return self._state.turn.turn_id
+
+    @property
+    def pending_external_event_id(self) -> str | None:
+        """External event id of the pending turn."""
+        return self._state.turn.external_event_id if self._state.turn.pending else None
+
+    @property
+    def turn_outputs(self) -> list[TurnOutput]:
+        """Deliveries of the current/last turn in order (answer text, reply texts, objects)."""
+        return list(self._state.turn.outputs)
+
+    @property
+    def completed(self) -> bool:
+        """Whether the session is completed (non-conversation modes after commit)."""
+        return self._state.completed
+
+    @property
+    def rounds_used(self) -> int:
+        """Model rounds used by the current turn."""
+        return self._state.rounds_used
+
+    @property
+    def exhausted(self) -> bool:
+        """Whether the pending turn hit the round limit."""
+        return self._state.exhausted
+
+    @property
+    def transcript(self) -> list[dict[str, Any]]:
+        """The (possibly compacted) transcript items."""
+        return self._state.transcript
+
+    @property
+    def usage_total(self) -> Usage:
+        """All model usage of this session (chat, summaries, transcription)."""
+        return self._state.usage_total
+
+    @property
+    def status(self) -> Status:
+        """idle | pending | exhausted | completed."""
+        return status_of(self._state)
+
+    @property
+    def running(self) -> bool:
+        """Whether run_pending_turn is executing."""
+        return self._running_op is not None

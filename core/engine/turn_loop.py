@@ -1,0 +1,179 @@
+"""The provider loop of ``Session.run_pending_turn`` (KS-10).
+
+model → tool calls → dispatch → results → model … until an answer, a finalize,
+or the round limit. Every durable step is journaled, folded and checkpointed.
+
+Resume rule: the loop always starts from the accepted state, so after a crash
+the worker reopens the session from its last checkpoint (journal entries newer
+than it are folded on open) and calls ``run_pending_turn`` again:
+
+- a tool call with a journaled result is never dispatched again;
+- a call the model asked for but whose dispatch was never journaled is dispatched;
+- a call whose dispatch was journaled but whose result was not (the crash hit
+  mid-tool) is re-dispatched only if the tool is marked ``idempotent``; otherwise
+  it gets a durable failed result saying it was not re-run.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from core.engine.chatend import project_messages
+from core.engine.journal import EntryKind
+from core.engine.lifecycle import interrupted_result
+from core.engine.recovery import recover_context
+from core.engine.state import OpenCall
+from core.engine.tools import ToolContext, ToolOutcome, validate_arguments
+from core.errors import Conflict, ProviderError, TurnstileError
+from core.providers.base import ModelRequest, ModelResponse
+
+if TYPE_CHECKING:
+    from core.engine.session import Checkpoint, Draft, Session
+
+log = logging.getLogger(__name__)
+
+
+class TurnExhausted(Conflict):
+    """Raised when a turn used its round limit without an answer; the turn stays pending
+    (``reset_exhausted_turn_rounds_for_retry`` + run again, or interrupt it)."""
+
+
+async def run_turn(session: Session, checkpoint: Checkpoint) -> str | None:
+    """Drive the pending turn to its end; see the module docstring."""
+    state = session.state
+    if state.mode.is_conversation and state.source_terminated:
+        await _end(session, checkpoint, "source_terminated")
+        return None
+    while True:
+        session.raise_if_cancelled()
+        if state.turn.phase == "tools" and state.turn.open_calls:
+            await _resolve_open_calls(session, checkpoint)
+            if not state.turn.pending:
+                return await _complete(session, checkpoint)
+            continue
+        if state.turn.phase == "answered":
+            return await _finish_answered(session, checkpoint)
+        if state.rounds_used >= state.max_rounds:
+            if not state.exhausted:
+                await session.commit([session.draft(EntryKind.EVENT, {"type": "rounds_exhausted"})], checkpoint)
+            raise TurnExhausted(f"the turn used all {state.max_rounds} model rounds without an answer")
+        await recover_context(session, checkpoint)
+        response = await session.guarded(session.provider.complete(_request(session)))
+        session.last_usage = session.last_usage + response.usage
+        await session.commit([session.draft(EntryKind.AGENT_MESSAGE, _response_payload(session, response))], checkpoint)
+
+
+def _request(session: Session) -> ModelRequest:
+    state = session.state
+    return ModelRequest(
+        model=state.runtime.model,
+        reasoning_effort=state.runtime.reasoning_effort,
+        system_prompt=session.system_prompt,
+        messages=project_messages(state.transcript),
+        tools=session.tools.specs_for(state.mode.kind, has_work=state.work is not None),
+    )
+
+
+def _response_payload(session: Session, response: ModelResponse) -> dict[str, object]:
+    seen: set[str] = set()
+    for call in response.tool_calls:
+        if call.id in seen:
+            raise ProviderError(f"model returned tool call id {call.id!r} twice")
+        seen.add(call.id)
+    return {
+        "text": response.text,
+        "tool_calls": [c.model_dump(mode="json") for c in response.tool_calls],
+        "usage": response.usage.model_dump(),
+        "round": session.state.rounds_used + 1,
+    }
+
+
+async def _resolve_open_calls(session: Session, checkpoint: Checkpoint) -> None:
+    state = session.state
+    for call in list(state.turn.open_calls):
+        if not state.turn.pending:
+            return
+        session.raise_if_cancelled()
+        tool = session.tools.get(call.name)
+        if call.dispatched and not (tool is not None and tool.idempotent):
+            why = "the worker stopped while this tool ran; it was not re-run and its effect is unknown"
+            await session.commit([session.draft(EntryKind.TOOL_RESULT, interrupted_result(call.id, call.name, why))], checkpoint)
+            continue
+        if not call.dispatched:
+            marker = {"id": call.id, "name": call.name, "arguments": call.arguments}
+            await session.commit([session.draft(EntryKind.TOOL_CALL, marker)], checkpoint)
+        outcome = await session.guarded(_dispatch(session, call))
+        session.last_usage = session.last_usage + outcome.usage
+        await session.commit(_result_drafts(session, call, outcome), checkpoint)
+
+
+def _result_drafts(session: Session, call: OpenCall, outcome: ToolOutcome) -> list[Draft]:
+    result = {
+        "id": call.id, "name": call.name, "ok": outcome.ok, "content": outcome.content,
+        "interrupted": False, "usage": outcome.usage.model_dump(),
+    }
+    drafts = [session.draft(EntryKind.TOOL_RESULT, result)]
+    ends_turn = any(e.kind == "event" and e.payload.get("type") == "finalized" for e in outcome.entries)
+    if ends_turn:
+        # The turn ends with this result: the other calls of the round must not stay orphaned.
+        for other in session.state.turn.open_calls:
+            if other.id != call.id:
+                payload = interrupted_result(other.id, other.name, "the slice finished first")
+                drafts.append(session.draft(EntryKind.TOOL_RESULT, payload))
+    drafts.extend(session.draft(e.kind, e.payload) for e in outcome.entries)
+    return drafts
+
+
+async def _dispatch(session: Session, call: OpenCall) -> ToolOutcome:
+    state = session.state
+    try:
+        tool = session.tools.authorise(call.name, state.mode.kind)
+        validate_arguments(tool.parameters, call.arguments)
+        context = ToolContext(
+            session_id=state.session_id, state=state, provider=session.provider,
+            knowledge=session.knowledge, take_policy=session.take_policy,
+            history_reader=session.history_reader, leases=session.leases, clock=session.clock,
+            resolve_object=session.resolve_object, new_id=session.new_id,
+        )
+        return await tool.handler(context, call.arguments)
+    except TurnstileError as exc:
+        return ToolOutcome(ok=False, content=f"error ({exc.code}): {exc.message}")
+    except Exception as exc:  # a broken tool must not kill the turn; the model sees the failure
+        log.exception("tool %s failed in session %s", call.name, state.session_id)
+        return ToolOutcome(ok=False, content=f"error (internal): {type(exc).__name__}: {exc}")
+
+
+async def _end(session: Session, checkpoint: Checkpoint, outcome: str, error: str = "") -> None:
+    payload = {"type": "turn_ended", "outcome": outcome}
+    if error:
+        payload["error"] = error[:200]
+    await session.commit([session.draft(EntryKind.EVENT, payload)], checkpoint)
+
+
+async def _finish_answered(session: Session, checkpoint: Checkpoint) -> str | None:
+    state = session.state
+    answer = state.turn.answer or ""
+    has_outputs = bool(state.turn.outputs)
+    if state.mode.is_conversation:
+        if answer or has_outputs:
+            await _end(session, checkpoint, "replied")
+            return answer or None
+        message = "the conversation turn ended without any response"
+        await _end(session, checkpoint, "error", message)
+        raise ProviderError(message)
+    await _end(session, checkpoint, "replied" if has_outputs else "silent")
+    return await _complete(session, checkpoint)
+
+
+async def _complete(session: Session, checkpoint: Checkpoint) -> None:
+    """Non-conversation modes finalize and commit their own write session (KS-3)."""
+    state = session.state
+    if state.mode.is_conversation:
+        return None
+    if state.mode.kind == "free_time" and state.free_time_result is None:
+        # The model ended the slice by answering instead of calling finish: same as finish.
+        payload = {"type": "finalized", "reason": "tool", "result": state.turn.answer or "", "implicit": True}
+        await session.commit([session.draft(EntryKind.EVENT, payload, in_turn=False)], checkpoint)
+    await session.commit_current_write_session(checkpoint=checkpoint)
+    return None

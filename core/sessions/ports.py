@@ -1,0 +1,83 @@
+"""The ports the session manager talks through: its repository and its event sink."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Final, Literal, Protocol
+
+from core.sessions.records import JsonObject, PlaceRecord, SessionRecord, WorkspaceRecord
+
+SessionEventType = Literal["session.created", "session.updated", "session.completed", "session.deleted"]
+SESSION_EVENT_TYPES: Final[tuple[SessionEventType, ...]] = (
+    "session.created",
+    "session.updated",
+    "session.completed",
+    "session.deleted",
+)
+
+# Called after session.deleted to clear the session's history and per-session data.
+ClearSessionData = Callable[[str], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class StoredState:
+    """Everything the manager loads at start: records, places, workspaces and generations."""
+
+    sessions: tuple[SessionRecord, ...] = ()
+    places: tuple[PlaceRecord, ...] = ()
+    workspaces: tuple[WorkspaceRecord, ...] = ()
+    generations: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class StoreChange:
+    """One atomic write: upserts and deletions across the four tables, applied together."""
+
+    sessions: tuple[SessionRecord, ...] = ()
+    deleted_sessions: tuple[str, ...] = ()
+    places: tuple[PlaceRecord, ...] = ()
+    deleted_places: tuple[str, ...] = ()
+    workspaces: tuple[WorkspaceRecord, ...] = ()
+    deleted_workspaces: tuple[str, ...] = ()
+    generations: tuple[tuple[str, int], ...] = ()
+
+    def is_empty(self) -> bool:
+        """True when there is nothing to write."""
+        return not any(
+            (
+                self.sessions,
+                self.deleted_sessions,
+                self.places,
+                self.deleted_places,
+                self.workspaces,
+                self.deleted_workspaces,
+                self.generations,
+            )
+        )
+
+
+class SessionRepository(Protocol):
+    """Where session records, places, workspaces and generations persist.
+
+    ``apply`` writes one ``StoreChange`` atomically (all or nothing); upserts are
+    by primary key (session id, place key, workspace id, session id).
+    ``children`` and ``kind`` of stored records are not trusted: the manager
+    derives them at load.
+    """
+
+    async def load(self) -> StoredState:
+        """Read everything."""
+        ...
+
+    async def apply(self, change: StoreChange) -> None:
+        """Write ``change`` in one transaction."""
+        ...
+
+
+class EventSink(Protocol):
+    """Receives session events; ``payload`` holds the record as JSON (``session``) and extras."""
+
+    async def emit(self, session_id: str, event_type: str, payload: JsonObject) -> None:
+        """Publish one event."""
+        ...

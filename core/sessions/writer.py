@@ -1,0 +1,125 @@
+"""The one write path of the session manager: serialised, repository first, then table, then events.
+
+Every mutation runs inside ``mutation()`` (one writer at a time). ``apply``
+writes a ``StoreChange`` through the repository and only then installs it in
+the table, so a refused or failed write leaves nothing half-done. Events are
+emitted in order after the writer lock is released, so a sink may call back
+into the manager. Deletion marks live here too: they make new inbound wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+from core.sessions.codec import record_to_json
+from core.sessions.ports import EventSink, SessionEventType, SessionRepository, StoreChange
+from core.sessions.records import JsonObject, SessionRecord
+from core.sessions.table import SessionTable
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PendingEvent:
+    """An event to emit for ``session_id`` once its change is installed; ``extra`` joins the payload."""
+
+    session_id: str
+    event_type: SessionEventType
+    extra: JsonObject = field(default_factory=dict)
+
+
+def event_payload(record: SessionRecord, extra: JsonObject | None = None) -> JsonObject:
+    """The payload of a session event: the record under ``session`` plus ``extra``."""
+    payload: JsonObject = {"session": record_to_json(record)}
+    if extra:
+        payload.update(extra)
+    return payload
+
+
+class SessionWriter:
+    """Serialises writes, keeps repository and table in step, and emits session events."""
+
+    def __init__(
+        self,
+        table: SessionTable,
+        repository: SessionRepository,
+        events: EventSink,
+        clock: Callable[[], float],
+    ) -> None:
+        self.table = table
+        self._repository = repository
+        self._events = events
+        self._clock = clock
+        self._lock = asyncio.Lock()
+        self._outbox: list[tuple[str, SessionEventType, JsonObject]] = []
+        self._deleting: dict[str, asyncio.Event] = {}
+
+    def now(self) -> float:
+        """The service clock, epoch seconds."""
+        return self._clock()
+
+    @asynccontextmanager
+    async def mutation(self) -> AsyncIterator[None]:
+        """Hold the writer lock for one operation; emit its events after releasing it."""
+        ready: list[tuple[str, SessionEventType, JsonObject]] = []
+        try:
+            async with self._lock:
+                try:
+                    yield
+                finally:
+                    ready, self._outbox = self._outbox, []
+        finally:
+            for session_id, event_type, payload in ready:
+                await self.emit(session_id, event_type, payload)
+
+    async def apply(self, change: StoreChange, events: Iterable[PendingEvent] = ()) -> None:
+        """Write ``change``, install it, and queue ``events`` with the records as they now are."""
+        if not self._lock.locked():
+            raise RuntimeError("SessionWriter.apply outside mutation()")
+        if not change.is_empty():
+            await self._repository.apply(change)
+        self.table.install(change)
+        for pending in events:
+            record = self.table.get(pending.session_id)
+            if record is not None:
+                self._outbox.append((pending.session_id, pending.event_type, event_payload(record, pending.extra)))
+
+    def queue(self, session_id: str, event_type: SessionEventType, payload: JsonObject) -> None:
+        """Queue an event whose payload is already built (e.g. of a record just removed)."""
+        self._outbox.append((session_id, event_type, payload))
+
+    async def emit(self, session_id: str, event_type: SessionEventType, payload: JsonObject) -> None:
+        """Emit one event now; a sink failure is logged (the state change already stands)."""
+        try:
+            await self._events.emit(session_id, event_type, payload)
+        except Exception:
+            log.exception("emitting %s for session %s failed", event_type, session_id)
+
+    # -- deletion marks (SM-17, SM-22) ---------------------------------------
+
+    def mark_deleting(self, session_ids: Sequence[str]) -> asyncio.Event:
+        """Make inbound for ``session_ids`` wait until the returned event is set."""
+        done = asyncio.Event()
+        for session_id in session_ids:
+            self._deleting[session_id] = done
+        return done
+
+    def unmark_deleting(self, session_ids: Sequence[str], done: asyncio.Event) -> None:
+        """End a deletion: release every waiter."""
+        for session_id in session_ids:
+            if self._deleting.get(session_id) is done:
+                del self._deleting[session_id]
+        done.set()
+
+    def is_deleting(self, session_id: str) -> bool:
+        """Is a deletion of ``session_id`` in progress?"""
+        return session_id in self._deleting
+
+    async def wait_for_deletion(self, session_id: str) -> None:
+        """Return once no deletion of ``session_id`` is in progress."""
+        while (done := self._deleting.get(session_id)) is not None:
+            await done.wait()

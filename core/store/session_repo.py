@@ -1,0 +1,200 @@
+"""SqlSessionRepository: the session manager's repository port on SQLAlchemy 2 async.
+
+One ``StoreChange`` is one transaction (``engine.begin()``); upserts use the
+dialect's ``INSERT … ON CONFLICT DO UPDATE`` (SQLite and PostgreSQL).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, cast
+
+from sqlalchemy import RowMapping, Table, delete, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from core.errors import Unavailable
+from core.sessions.codec import (
+    last_turn_from_json,
+    last_turn_to_json,
+    origin_chat_from_json,
+    origin_chat_to_json,
+    status_from_json,
+    take_settings_from_json,
+    take_settings_to_json,
+    tokens_from_json,
+    tokens_to_json,
+    work_from_json,
+    work_to_json,
+)
+from core.sessions.ports import StoreChange, StoredState
+from core.sessions.records import JsonObject, JsonValue, PlaceKind, PlaceRecord, SessionRecord, WorkspaceRecord
+from core.store.session_tables import generations_table, places_table, sessions_table, workspaces_table
+
+Row = dict[str, Any]
+
+
+def session_row(record: SessionRecord) -> Row:
+    """The ``sessions`` row of a record (kind and children are not stored)."""
+    return {
+        "id": record.id,
+        "parent_id": record.parent_id,
+        "name": record.name,
+        "title": record.title,
+        "status": record.status,
+        "created_at": record.created_at,
+        "updated_at": record.updated_at,
+        "created_from": record.created_from,
+        "input_context": record.input_context,
+        "result": record.result,
+        "metadata_json": dict(record.metadata),
+        "origin_platform": record.origin_platform,
+        "origin_chat": origin_chat_to_json(record.origin_chat),
+        "workspace": record.workspace,
+        "work": work_to_json(record.work),
+        "current_dir": record.current_dir,
+        "origin_instance": record.origin_instance,
+        "last_reply_at": record.last_reply_at,
+        "last_turn": last_turn_to_json(record.last_turn),
+        "tokens": tokens_to_json(record.tokens),
+        "take_settings": take_settings_to_json(record.take_settings),
+    }
+
+
+def _json(value: Any) -> JsonValue:
+    return cast(JsonValue, value)
+
+
+def _object(value: Any) -> JsonObject:
+    return dict(value) if isinstance(value, dict) else {}
+
+
+def session_from_row(row: RowMapping) -> SessionRecord:
+    """A record from its row; malformed JSON sub-objects read as absent."""
+    return SessionRecord(
+        id=row["id"],
+        parent_id=row["parent_id"],
+        name=row["name"],
+        title=row["title"],
+        status=status_from_json(row["status"]),
+        created_at=float(row["created_at"]),
+        updated_at=float(row["updated_at"]),
+        created_from=row["created_from"],
+        input_context=row["input_context"],
+        result=row["result"],
+        metadata=_object(row["metadata_json"]),
+        origin_platform=row["origin_platform"],
+        origin_chat=origin_chat_from_json(_json(row["origin_chat"])),
+        workspace=row["workspace"],
+        work=work_from_json(_json(row["work"])),
+        current_dir=row["current_dir"],
+        origin_instance=row["origin_instance"],
+        last_reply_at=None if row["last_reply_at"] is None else float(row["last_reply_at"]),
+        last_turn=last_turn_from_json(_json(row["last_turn"])),
+        tokens=tokens_from_json(_json(row["tokens"])),
+        take_settings=take_settings_from_json(_json(row["take_settings"])),
+    )
+
+
+def place_row(place: PlaceRecord) -> Row:
+    """The ``places`` row of a place record."""
+    return {
+        "key": place.key,
+        "kind": place.kind,
+        "name": place.name,
+        "root": place.root,
+        "metadata_json": dict(place.metadata),
+        "created_at": place.created_at,
+        "updated_at": place.updated_at,
+    }
+
+
+def place_from_row(row: RowMapping) -> PlaceRecord:
+    """A place record from its row."""
+    kind: PlaceKind = "window" if row["kind"] == "window" else "workspace"
+    return PlaceRecord(
+        key=row["key"],
+        kind=kind,
+        name=row["name"],
+        root=row["root"],
+        metadata=_object(row["metadata_json"]),
+        created_at=float(row["created_at"]),
+        updated_at=float(row["updated_at"]),
+    )
+
+
+def workspace_row(workspace: WorkspaceRecord) -> Row:
+    """The ``workspaces`` row of a workspace."""
+    return {
+        "id": workspace.id,
+        "position": workspace.position,
+        "name": workspace.name,
+        "root": workspace.root,
+        "created_at": workspace.created_at,
+    }
+
+
+def workspace_from_row(row: RowMapping) -> WorkspaceRecord:
+    """A workspace from its row."""
+    return WorkspaceRecord(
+        id=row["id"],
+        position=int(row["position"]),
+        name=row["name"],
+        root=row["root"],
+        created_at=float(row["created_at"]),
+    )
+
+
+class SqlSessionRepository:
+    """The ``SessionRepository`` port over an async SQLAlchemy engine (SQLite or PostgreSQL).
+
+    The engine is the caller's: this class neither creates the schema (use
+    ``metadata.create_all`` or the Alembic migrations) nor disposes the engine.
+    """
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        dialect = engine.dialect.name
+        if dialect not in ("sqlite", "postgresql"):
+            raise Unavailable(f"unsupported database dialect {dialect!r}: use SQLite or PostgreSQL")
+        self._dialect = dialect
+
+    async def load(self) -> StoredState:
+        """Read every session, place, workspace and generation."""
+        async with self._engine.connect() as conn:
+            sessions = (await conn.execute(select(sessions_table))).mappings().all()
+            places = (await conn.execute(select(places_table))).mappings().all()
+            workspaces = (await conn.execute(select(workspaces_table))).mappings().all()
+            generations = (await conn.execute(select(generations_table))).all()
+        return StoredState(
+            sessions=tuple(session_from_row(r) for r in sessions),
+            places=tuple(place_from_row(r) for r in places),
+            workspaces=tuple(workspace_from_row(r) for r in workspaces),
+            generations=tuple((str(sid), int(gen)) for sid, gen in generations),
+        )
+
+    async def apply(self, change: StoreChange) -> None:
+        """Write ``change`` in one transaction: deletions first, then upserts, table by table."""
+        if change.is_empty():
+            return
+        async with self._engine.begin() as conn:
+            await self._delete(conn, sessions_table, "id", change.deleted_sessions)
+            await self._upsert(conn, sessions_table, ("id",), [session_row(r) for r in change.sessions])
+            await self._delete(conn, places_table, "key", change.deleted_places)
+            await self._upsert(conn, places_table, ("key",), [place_row(p) for p in change.places])
+            await self._delete(conn, workspaces_table, "id", change.deleted_workspaces)
+            await self._upsert(conn, workspaces_table, ("id",), [workspace_row(w) for w in change.workspaces])
+            rows = [{"session_id": sid, "generation": gen} for sid, gen in change.generations]
+            await self._upsert(conn, generations_table, ("session_id",), rows)
+
+    @staticmethod
+    async def _delete(conn: AsyncConnection, table: Table, key: str, values: Sequence[str]) -> None:
+        if values:
+            await conn.execute(delete(table).where(table.c[key].in_(list(values))))
+
+    async def _upsert(self, conn: AsyncConnection, table: Table, keys: tuple[str, ...], rows: list[Row]) -> None:
+        if not rows:
+            return
+        stmt = postgresql.insert(table) if self._dialect == "postgresql" else sqlite.insert(table)
+        updates = {c.name: stmt.excluded[c.name] for c in table.columns if c.name not in keys}
+        await conn.execute(stmt.on_conflict_do_update(index_elements=list(keys), set_=updates), rows)

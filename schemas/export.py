@@ -1,0 +1,39 @@
+"""Export the JSON Schema of every wire model: ``python -m schemas.export docs/schemas``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import orjson
+from pydantic import BaseModel
+
+from schemas.wire import Checkpoint, ControlError, DeadLetter, ErrorBody, Event, InboundMessage, OutboundReply
+
+WIRE_MODELS: dict[str, type[BaseModel]] = {
+    "inbound": InboundMessage,
+    "outbound": OutboundReply,
+    "event": Event,
+    "checkpoint": Checkpoint,
+    "dead_letter": DeadLetter,
+    "error": ErrorBody,
+    "control_error": ControlError,
+}
+
+
+def json_schemas() -> dict[str, dict[str, object]]:
+    """Name → JSON Schema for every wire model."""
+    return {name: model.model_json_schema() for name, model in WIRE_MODELS.items()}
+
+
+def main(argv: list[str]) -> int:
+    out = Path(argv[0] if argv else "docs/schemas")
+    out.mkdir(parents=True, exist_ok=True)
+    for name, schema in json_schemas().items():
+        (out / f"{name}.json").write_bytes(orjson.dumps(schema, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
+    print(f"wrote {len(WIRE_MODELS)} schemas to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,118 @@
+"""SQL journal: durability, ordering, refusal of taken seqs, group commit, session restart."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from core.engine import EntryKind, JournalEntry, RuntimeModel, Session, SessionOptions, ToolDefinition, builtin_registry
+from core.engine.tools import ToolOutcome
+from core.errors import CheckpointFailed, Conflict
+from core.providers import ScriptedProvider
+from core.store.journal_repo import SqlHistoryJournal
+from core.store.knowledge_repo import SqlKnowledgeStore
+
+
+def _entry(seq: int, **payload: Any) -> JournalEntry:
+    return JournalEntry(seq=seq, kind=EntryKind.NOTICE, at="2025-01-01T00:00:00+00:00", payload=payload)
+
+
+async def test_append_load_clear_round_trip(engine: AsyncEngine) -> None:
+    journal = SqlHistoryJournal(engine)
+    sid = f"s-{uuid.uuid4()}"
+    await journal.append(sid, [_entry(0, text="a"), _entry(1, text="b", nested={"x": [1, 2]})])
+    await journal.append(sid, [_entry(2, text="ü 数据")])
+    loaded = await journal.load(sid)
+    assert [e.seq for e in loaded] == [0, 1, 2]
+    assert loaded[1].payload == {"text": "b", "nested": {"x": [1, 2]}} and loaded[2].payload["text"] == "ü 数据"
+    await journal.clear(sid)
+    assert await journal.load(sid) == []
+    await journal.aclose()
+
+
+async def test_taken_seq_is_a_conflict_and_does_not_fail_others(engine: AsyncEngine) -> None:
+    journal = SqlHistoryJournal(engine)
+    a, b = f"a-{uuid.uuid4()}", f"b-{uuid.uuid4()}"
+    await journal.append(a, [_entry(0)])
+    results = await asyncio.gather(
+        journal.append(a, [_entry(0)]), journal.append(b, [_entry(0)]), return_exceptions=True
+    )
+    assert isinstance(results[0], Conflict) and results[1] is None
+    assert len(await journal.load(b)) == 1 and len(await journal.load(a)) == 1
+    await journal.aclose()
+
+
+async def test_concurrent_appends_share_transactions(engine: AsyncEngine) -> None:
+    journal = SqlHistoryJournal(engine)
+    sessions = [f"g-{i}-{uuid.uuid4()}" for i in range(100)]
+
+    async def writer(sid: str) -> None:
+        for seq in range(5):
+            await journal.append(sid, [_entry(seq, n=seq)])
+
+    await asyncio.gather(*(writer(s) for s in sessions))
+    assert journal.appends == 500
+    assert journal.transactions < 250, f"group commit: {journal.transactions} transactions for 500 appends"
+    for sid in sessions[:5]:
+        assert [e.seq for e in await journal.load(sid)] == [0, 1, 2, 3, 4]
+    await journal.aclose()
+
+
+@pytest.mark.rule("KS-2")
+@pytest.mark.rule("KS-10")
+async def test_session_survives_a_process_restart_on_sql(engine: AsyncEngine, db_url: str) -> None:
+    # KS-2, KS-10: crash mid-turn, new journal/engine objects, reopen from checkpoint, no tool re-run
+    runs = {"n": 0}
+
+    async def count(ctx: Any, args: dict[str, Any]) -> ToolOutcome:
+        runs["n"] += 1
+        return ToolOutcome(ok=True, content=f"run {runs['n']}")
+
+    tools = builtin_registry([ToolDefinition(
+        name="count", description="c", handler=count, idempotent=False,
+        parameters={"type": "object", "properties": {}, "additionalProperties": False},
+    )])
+    sid = f"restart-{uuid.uuid4()}"
+    runtime = RuntimeModel(model="m", context_window_tokens=10_000)
+    options = SessionOptions.conversation("dm", ["root"])
+    journal = SqlHistoryJournal(engine)
+    snaps: list[dict[str, Any]] = []
+
+    async def flaky_checkpoint(snap: dict[str, Any]) -> None:
+        if len(snaps) == 3:  # model response, call marker, result → the 4th (second marker) dies
+            raise RuntimeError("process killed")
+        snaps.append(snap)
+
+    session = await Session.open(
+        session_id=sid, system_prompt="p", runtime=runtime, options=options, journal=journal,
+        provider=ScriptedProvider(), tools=tools, knowledge=SqlKnowledgeStore(engine),
+    )
+    await session.begin_user_turn("/tool count\n/tool count\n/say done")
+    with pytest.raises(CheckpointFailed):
+        await session.run_pending_turn("op-1", flaky_checkpoint)
+    await journal.aclose()
+    assert runs["n"] == 1
+
+    fresh_journal = SqlHistoryJournal(engine)
+    resumed = await Session.open(
+        session_id=sid, system_prompt="p", runtime=runtime, options=options, journal=fresh_journal,
+        provider=ScriptedProvider(), tools=tools, knowledge=SqlKnowledgeStore(engine), restored=snaps[-1],
+    )
+    assert await resumed.run_pending_turn("op-2", _noop) == "done"
+    results = [i["payload"] for i in resumed.transcript if i["kind"] == "tool_result"]
+    assert [r["content"] for r in results] == ["run 1", "run 2"]
+    assert runs["n"] == 2
+    reopened = await Session.open(
+        session_id=sid, system_prompt="p", runtime=runtime, options=options, journal=fresh_journal,
+        provider=ScriptedProvider(), tools=tools,
+    )
+    assert reopened.snapshot() == resumed.snapshot()
+    await fresh_journal.aclose()
+
+
+async def _noop(snapshot: dict[str, Any]) -> None:
+    return None

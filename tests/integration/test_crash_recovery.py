@@ -1,0 +1,112 @@
+"""Crash tests: the service process is killed with SIGKILL mid-turn and restarted (MQ-8, MQ-3)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from nats.aio.client import Client
+
+from consumers.settings import Settings
+from schemas.subjects import Subjects
+from tests.integration.harness import Collector, inbound, publish_inbound, wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class ServiceProcess:
+    """``turnstile run`` as a child process with the test's settings."""
+
+    def __init__(self, settings: Settings, log_path: Path) -> None:
+        self.settings = settings
+        self.log_path = log_path
+        self.proc: asyncio.subprocess.Process | None = None
+
+    async def start(self) -> None:
+        env = dict(os.environ)
+        env.update(
+            TURNSTILE_NATS_URL=self.settings.nats_url,
+            TURNSTILE_DATABASE_URL=self.settings.database_url,
+            TURNSTILE_PREFIX=self.settings.prefix,
+            TURNSTILE_FETCH_TIMEOUT_S="0.2",
+            TURNSTILE_ACK_WAIT_S="5",
+        )
+        with self.log_path.open("ab") as log:
+            self.proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "consumers.cli", "run", cwd=ROOT, env=env, stdout=log, stderr=log
+            )
+
+    async def wait_ready(self, nc: Client, timeout_s: float = 30.0) -> None:
+        """Poll the control API until the service answers (streams exist by then)."""
+        subjects = Subjects(self.settings.prefix)
+
+        async def answers() -> bool:
+            assert self.proc is not None
+            if self.proc.returncode is not None:
+                raise AssertionError(f"service exited with {self.proc.returncode}: {self.log_path.read_text()[-2000:]}")
+            try:
+                await nc.request(subjects.api("session", "list"), b"{}", timeout=0.5)
+            except Exception:
+                return False
+            return True
+
+        await wait_for(answers, timeout_s=timeout_s, what="the service to answer")
+
+    async def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        await self.proc.wait()
+
+    async def stop(self) -> None:
+        if self.proc is not None and self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(self.proc.wait(), 15)
+            except TimeoutError:
+                self.proc.kill()
+                await self.proc.wait()
+
+
+@pytest.fixture
+async def service_process(settings: Settings, tmp_path: Path) -> AsyncIterator[ServiceProcess]:
+    proc = ServiceProcess(settings, tmp_path / "service.log")
+    try:
+        yield proc
+    finally:
+        await proc.stop()
+
+
+@pytest.mark.rule("MQ-8", "MQ-3", "KS-10")
+@pytest.mark.timeout(120)
+async def test_a_service_killed_mid_turn_finishes_the_turn_with_exactly_one_reply(
+    service_process: ServiceProcess, nc: Client, subjects: Subjects
+) -> None:
+    sid = f"crash-{uuid.uuid4().hex[:6]}"
+    replies = await Collector().attach(nc, subjects.outbound("cli", sid))
+    checkpoints = await Collector().attach(nc, subjects.checkpoint(sid))
+    events = await Collector().attach(nc, subjects.events_of(sid))
+    await service_process.start()
+    await service_process.wait_ready(nc)
+    body = inbound(sid, "/stall 4\nsurvive this")
+    await publish_inbound(nc, subjects, body)
+    # Killed while the model call stalls: the message is staged and acked, the turn is not done.
+    await wait_for(lambda: "turn.started" in [e["type"] for e in events.json()], timeout_s=30, what="turn start")
+    await wait_for(lambda: checkpoints.messages, what="the staged-message checkpoint")
+    await service_process.kill()
+    assert not replies.messages
+    await service_process.start()
+    await service_process.wait_ready(nc)
+    await wait_for(lambda: replies.messages, timeout_s=60, what="the reply after restart")
+    await wait_for(lambda: "turn.ended" in [e["type"] for e in events.json()], what="turn end")
+    assert [r["text"] for r in replies.json()] == ["echo: survive this"]
+    # Exactly one reply in the outbound stream, not just on the wire.
+    js = nc.jetstream()
+    info = await js.stream_info(subjects.outbound_stream, subjects_filter=subjects.outbound("cli", sid))
+    assert info.state.messages == 1
+    assert replies.json()[0]["reply_to"] == body["id"]

@@ -1,0 +1,155 @@
+"""The walking skeleton over a real nats-server: inbound → record → turn → checkpoint → reply."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import orjson
+import pytest
+from nats.aio.client import Client
+
+from consumers.service import TurnstileService
+from schemas.subjects import Subjects
+from tests.integration.harness import Collector, api, inbound, publish_inbound, wait_for
+
+
+@pytest.mark.rule("MQ-1", "MQ-3", "MQ-4", "SM-1", "SM-3", "SM-17")
+async def test_a_published_message_is_answered_with_checkpoints_and_events(
+    service: TurnstileService, nc: Client, subjects: Subjects
+) -> None:
+    sid = f"s-{uuid.uuid4().hex[:6]}.with dots"
+    replies = await Collector().attach(nc, subjects.outbound("cli", sid))
+    checkpoints = await Collector().attach(nc, subjects.checkpoint(sid))
+    events = await Collector().attach(nc, subjects.events_of(sid))
+    body = inbound(sid, "hello there", chat={"type": "private", "target_id": "u1", "multi_party": False})
+    await publish_inbound(nc, subjects, body)
+
+    await wait_for(lambda: replies.messages, what="a reply")
+    reply = replies.json()[0]
+    assert reply["text"] == "echo: hello there"
+    assert reply["reply_to"] == body["id"] and reply["session_id"] == sid
+    assert replies.messages[0].headers and replies.messages[0].headers.get("Nats-Msg-Id") == (
+        f"{sid}:{reply['turn_id']}:{reply['seq']}"
+    )
+    # MQ-3: a complete snapshot per durable step, the first one for the staged message.
+    await wait_for(lambda: len(checkpoints.messages) >= 2, what="checkpoints")
+    cps = checkpoints.json()
+    assert cps[0]["transition"] == "message_staged"
+    assert all(cp["session_id"] == sid and "snapshot" in cp for cp in cps)
+    # MQ-4: session and turn events, in order for the turn.
+    await wait_for(lambda: "turn.ended" in [e["type"] for e in events.json()], what="turn.ended")
+    types = [e["type"] for e in events.json()]
+    assert "session.created" in types
+    assert types.index("turn.started") < types.index("turn.ended")
+    # SM-17 / SM-3 / SM-1: filed as a room with its origin before the turn.
+    got = await api(nc, subjects, "session", "get", {"session_id": sid})
+    assert got["ok"], got
+    assert got["result"]["kind"] == "room" and got["result"]["origin_platform"] == "cli"
+    assert got["result"]["origin_chat"]["target_id"] == "u1"
+    assert got["result"]["last_turn"]["outcome"] == "replied"
+
+
+@pytest.mark.rule("MQ-2")
+async def test_per_session_order_holds_for_50_messages_over_10_sessions(
+    service: TurnstileService, nc: Client, subjects: Subjects
+) -> None:
+    # MQ-2: turns of one session never overlap and keep arrival order; sessions run concurrently.
+    run = uuid.uuid4().hex[:6]
+    sessions = [f"order-{run}-{i}" for i in range(10)]
+    replies = await Collector().attach(nc, f"{subjects.prefix}.outbound.cli.>")
+    bodies = [inbound(sessions[i % 10], f"n{i // 10}") for i in range(50)]
+    await asyncio.gather(*(publish_inbound(nc, subjects, b) for b in bodies))
+    await wait_for(lambda: len(replies.messages) >= 50, timeout_s=60, what="50 replies")
+    by_session: dict[str, list[str]] = {}
+    for r in replies.json():
+        by_session.setdefault(r["session_id"], []).append(r["text"])
+    for sid in sessions:
+        assert by_session[sid] == [f"echo: n{k}" for k in range(5)]
+
+
+@pytest.mark.rule("MQ-8")
+async def test_duplicates_and_replays_are_staged_once_and_answered_once(
+    service: TurnstileService, nc: Client, subjects: Subjects
+) -> None:
+    sid = f"dup-{uuid.uuid4().hex[:6]}"
+    replies = await Collector().attach(nc, subjects.outbound("cli", sid))
+    body = inbound(sid, "once")
+    # Same Nats-Msg-Id twice: JetStream's duplicate window drops the second.
+    await publish_inbound(nc, subjects, body)
+    await publish_inbound(nc, subjects, body)
+    # Same message id under another Nats-Msg-Id: a replay the stream cannot see; the inbox dedups it.
+    await publish_inbound(nc, subjects, body, msg_id=uuid.uuid4().hex)
+    follow = inbound(sid, "after")
+    await publish_inbound(nc, subjects, follow)
+    await wait_for(lambda: len(replies.messages) >= 2, what="two replies")
+    assert service.inbox is not None and service.actors is not None
+    await service.actors.join(timeout_s=10)
+    assert [r["text"] for r in replies.json()] == ["echo: once", "echo: after"]
+    assert await service.inbox.count(sid) == 2
+
+
+@pytest.mark.rule("MQ-9")
+async def test_bad_input_goes_to_the_dead_letter_stream_and_the_next_message_is_answered(
+    service: TurnstileService, nc: Client, subjects: Subjects
+) -> None:
+    sid = f"dlq-{uuid.uuid4().hex[:6]}"
+    replies = await Collector().attach(nc, subjects.outbound("cli", sid))
+    dead = await Collector().attach(nc, subjects.dlq_inbound)
+    js = nc.jetstream()
+    await js.publish(subjects.inbound("cli", sid), b"{this is not json")
+    await js.publish(subjects.inbound("cli", sid), orjson.dumps({"id": "x", "platform": "cli"}))
+    await js.publish(subjects.inbound("cli", sid), b"x" * (service.settings.max_inbound_bytes + 1))
+    await publish_inbound(nc, subjects, inbound(sid, "still here"))
+    await wait_for(lambda: replies.messages, what="the good message's reply")
+    await wait_for(lambda: len(dead.messages) >= 3, what="three dead letters")
+    letters = dead.json()
+    assert [d["error"]["code"] for d in letters] == ["bad_json", "invalid", "too_large"]
+    assert letters[0]["raw"] == "{this is not json"
+    assert all(d["error"]["message"] for d in letters)
+    assert replies.json()[0]["text"] == "echo: still here"
+    # The DLQ is a stream: the letters are kept for replay.
+    info = await js.stream_info(subjects.dlq_stream)
+    assert info.state.messages == 3
+
+
+@pytest.mark.rule("SM-21", "SM-22", "MQ-5")
+async def test_delete_drops_the_queued_message_and_a_later_one_starts_a_new_session(
+    service: TurnstileService, nc: Client, subjects: Subjects
+) -> None:
+    sid = f"del-{uuid.uuid4().hex[:6]}"
+    replies = await Collector().attach(nc, subjects.outbound("cli", sid))
+    events = await Collector().attach(nc, subjects.events_of(sid))
+    running = inbound(sid, "/stall 30\nslow one")
+    queued = inbound(sid, "queued behind")
+    await publish_inbound(nc, subjects, running)
+    await wait_for(lambda: "turn.started" in [e["type"] for e in events.json()], what="the running turn")
+    await publish_inbound(nc, subjects, queued)
+    assert service.inbox is not None
+    await wait_for(
+        lambda: service.inbox.status_of("cli", queued["id"]),  # type: ignore[union-attr]
+        what="the queued message staged",
+    )
+    old_generation = (await api(nc, subjects, "session", "generation", {"session_id": sid}))["result"]["generation"]
+    deleted = await api(nc, subjects, "session", "delete", {"session_id": sid})
+    assert deleted["ok"], deleted
+    assert deleted["result"]["generation"] != old_generation
+
+    def dropped() -> list[str]:
+        return [
+            e["data"]["inbound_id"]
+            for e in events.json()
+            if e["type"] == "message.dropped" and e["data"]["reason"] == "stale_generation"
+        ]
+
+    await wait_for(lambda: queued["id"] in dropped(), what="the queued message dropped")
+    after = inbound(sid, "after delete")
+    await publish_inbound(nc, subjects, after)
+    await wait_for(lambda: any(r["reply_to"] == after["id"] for r in replies.json()), what="reply after delete")
+    texts = [r["text"] for r in replies.json()]
+    assert texts == ["echo: after delete"]  # neither the running nor the queued message was answered
+    assert replies.json()[0]["generation"] != old_generation
+    types = [e["type"] for e in events.json()]
+    assert types.index("session.deleted") < len(types) - 1 - types[::-1].index("session.created")
+    got = await api(nc, subjects, "session", "get", {"session_id": sid})
+    assert got["ok"] and got["result"]["created_at"] > 0

@@ -1,0 +1,111 @@
+"""Snapshots are complete, versioned, and restore exactly in every state (KS-20)."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from core.engine import AgentMode, InMemoryJournal, SessionOptions, Snapshot
+from core.errors import CheckpointFailed, InvalidInput
+
+from .conftest import Recorder, SessionFactory
+
+REQUIRED_FIELDS = {
+    "format_version", "state_version", "session_id", "session_type", "channel", "orchestration",
+    "root_node_ids", "reference_root_node_ids", "transcript", "turn", "rounds_used", "completed",
+    "commit", "knowledge_plan", "boxes", "events", "projection", "chatend_text", "status",
+}
+
+
+async def _assert_round_trip(make_session: SessionFactory, snapshot: dict, **overrides) -> None:
+    wire = orjson.loads(orjson.dumps(snapshot))  # what a checkpoint consumer gets back
+    restored = await make_session(restored=wire, journal=InMemoryJournal(), **overrides)
+    assert restored.snapshot() == snapshot
+
+
+@pytest.mark.rule("KS-20")
+async def test_snapshot_is_complete_and_versioned(make_session: SessionFactory) -> None:
+    # KS-20
+    session = await make_session()
+    snap = session.snapshot()
+    assert REQUIRED_FIELDS <= set(snap)
+    assert snap["format_version"] == 1
+    schema = Snapshot.model_json_schema()
+    assert REQUIRED_FIELDS <= set(schema["properties"])
+
+
+@pytest.mark.rule("KS-20")
+async def test_every_checkpoint_of_a_tool_turn_restores_exactly(make_session: SessionFactory) -> None:
+    # KS-20: idle, pending, mid-tool-call (issued, no result), after results, answered, ended
+    session = await make_session()
+    states = [session.snapshot()]
+    recorder = Recorder()
+    await session.begin_user_turn(
+        '/tool knowledge_search {"query": "x"}\n/tool+ reply {"text": "hey"}\n/say fin',
+        {"external_event_id": "e1", "attachments": [{"file_name": "a.txt", "media_type": "text/plain", "data_base64": "YQ=="}]},
+        checkpoint=recorder,
+    )
+    await session.run_pending_turn("op", recorder)
+    states += recorder.snapshots
+    assert any(s["turn"]["open_calls"] and s["turn"]["open_calls"][0]["dispatched"] for s in states)
+    for snap in states:
+        await _assert_round_trip(make_session, snap)
+
+
+@pytest.mark.rule("KS-20")
+async def test_interrupted_exhausted_and_compacted_states_restore_exactly(make_session: SessionFactory) -> None:
+    # KS-20
+    from core.engine import RuntimeModel
+
+    runtime = RuntimeModel(model="m", context_window_tokens=120)
+    options = SessionOptions.conversation("g", ["root"]).with_changes(max_rounds=1, channel={"chat": {"multi_party": True}})
+    session = await make_session(options=options, runtime=runtime)
+    recorder = Recorder()
+    await session.begin_user_turn("one " * 60 + '\n/tool knowledge_search {"query": "x"}', checkpoint=recorder)
+    with pytest.raises(Exception):
+        await session.run_pending_turn("op", recorder)
+    await session.refresh_group_context({"members": ["a", "b"]}, "m-1", checkpoint=recorder)
+    await session.interrupt_current_turn(checkpoint=recorder)
+    await session.begin_user_turn("two " * 60, checkpoint=recorder)
+    await session.run_pending_turn("op-2", recorder)
+    assert any(s["transcript"][0]["kind"] == "summary" for s in recorder.snapshots)
+    assert any(s["status"] == "exhausted" for s in recorder.snapshots)
+    for snap in recorder.snapshots:
+        await _assert_round_trip(make_session, snap, runtime=runtime)
+
+
+@pytest.mark.rule("KS-20")
+async def test_free_time_states_restore_exactly(make_session: SessionFactory) -> None:
+    # KS-20
+    options = SessionOptions.conversation("ft", ["root"]).with_changes(
+        mode=AgentMode.free_time(), free_time={"budget_s": 60},
+        channel={"instructions": '/tool knowledge_write {"parent_id": "root", "content": "note"}\n/tool finish {"result": "wrote"}'},
+    )
+    session = await make_session(options=options)
+    recorder = Recorder()
+    await session.stage_free_time_opening(checkpoint=recorder)
+    await session.run_pending_turn("op", recorder)
+    assert recorder.snapshots[-1]["completed"]
+    for snap in recorder.snapshots:
+        await _assert_round_trip(make_session, snap)
+
+
+@pytest.mark.rule("KS-20")
+async def test_unknown_format_version_is_refused(make_session: SessionFactory) -> None:
+    # KS-20
+    snap = (await make_session()).snapshot()
+    snap["format_version"] = 99
+    with pytest.raises(InvalidInput):
+        await make_session(restored=snap)
+
+
+async def test_snapshot_of_other_session_is_refused(make_session: SessionFactory) -> None:
+    snap = (await make_session()).snapshot()
+    with pytest.raises(InvalidInput):
+        await make_session(restored=snap, session_id="someone-else")
+
+
+async def test_checkpoint_failure_is_checkpoint_failed(make_session: SessionFactory) -> None:
+    session = await make_session()
+    with pytest.raises(CheckpointFailed):
+        await session.begin_user_turn("x", checkpoint=Recorder(fail_at=0))
