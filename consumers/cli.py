@@ -27,6 +27,11 @@ def main(argv: list[str] | None = None) -> int:
     api.add_argument("operation", help="<resource>.<verb>")
     api.add_argument("body", nargs="?", default="{}")
     api.add_argument("--timeout", type=float, default=10.0)
+    rp = sub.add_parser("replay", help="print a session's events or checkpoints from JetStream (JSON lines)")
+    rp.add_argument("what", choices=["events", "checkpoints"])
+    rp.add_argument("--session", required=True)
+    rp.add_argument("--from-seq", type=int, default=None, help="start at this stream sequence")
+    rp.add_argument("--since", default=None, help="start at this time (ISO 8601, e.g. 2026-11-30T10:00:00+00:00)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = Settings()
@@ -34,6 +39,8 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(_run(settings))
     if args.command == "send":
         return asyncio.run(_send(settings, args.platform, args.session, args.text, args.timeout))
+    if args.command == "replay":
+        return asyncio.run(_replay(settings, args.what, args.session, args.from_seq, args.since))
     return asyncio.run(_api(settings, args.operation, args.body, args.timeout))
 
 
@@ -90,6 +97,27 @@ async def _api(settings: Settings, operation: str, body: str, timeout_s: float) 
         reply = await nc.request(f"{settings.prefix}.api.{resource}.{verb}", body.encode(), timeout=timeout_s)
         print(orjson.dumps(orjson.loads(reply.data), option=orjson.OPT_INDENT_2).decode())
         return 0 if orjson.loads(reply.data).get("ok") else 2
+    finally:
+        await nc.close()
+
+
+async def _replay(settings: Settings, what: str, session_id: str, from_seq: int | None, since: str | None) -> int:
+    from datetime import datetime
+
+    import nats
+
+    from consumers.replay import replay
+    from schemas.subjects import Subjects
+
+    nc = await nats.connect(settings.nats_url)
+    try:
+        start_time = datetime.fromisoformat(since) if since else None
+        async for item in replay(
+            nc.jetstream(), Subjects(settings.prefix), session_id, what,  # type: ignore[arg-type]
+            start_seq=from_seq, start_time=start_time,
+        ):
+            print(orjson.dumps({"seq": item.seq, "subject": item.subject, "data": item.data}).decode())
+        return 0
     finally:
         await nc.close()
 

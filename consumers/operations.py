@@ -61,8 +61,23 @@ def control_operations(service: TurnstileService) -> list[Operation]:
         return {"session_id": req.session_id, "generation": manager().generation_of(req.session_id)}
 
     return [
+        *_area_operations(service),
         Operation("session", "get", SessionIdRequest, session_get, "one session record"),
         Operation("session", "list", ListSessionsRequest, session_list, "session records, filtered"),
         Operation("session", "delete", SessionIdRequest, session_delete, "delete a session and its subtree"),
         Operation("session", "generation", SessionIdRequest, session_generation, "the session's generation"),
     ]
+
+
+def _area_operations(service: TurnstileService) -> list[Operation]:
+    """Operations contributed by the area modules (sessions/places/workspaces, turns/knowledge)."""
+    ops: list[Operation] = []
+    for module_name in ("consumers.ops_sessions", "consumers.ops_turns"):
+        try:
+            module = __import__(module_name, fromlist=["operations"])
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            continue
+        ops.extend(module.operations(service))
+    return ops

@@ -1,0 +1,78 @@
+"""Replay a session's events or checkpoints from JetStream: from the start, a sequence or a time (MQ-6).
+
+Uses an ephemeral pull consumer with no acks, filtered to the session's subject,
+and stops when the consumer reports nothing pending, so a replay always ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+import orjson
+from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+from schemas.subjects import Subjects
+
+ReplayKind = Literal["events", "checkpoints"]
+FETCH_BATCH = 256
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """One replayed message: its stream sequence, subject, and decoded JSON payload."""
+
+    seq: int
+    subject: str
+    data: dict[str, Any]
+
+
+def _target(subjects: Subjects, kind: ReplayKind, session_id: str) -> tuple[str, str]:
+    if kind == "events":
+        return subjects.events_stream, subjects.events_of(session_id)
+    if kind == "checkpoints":
+        return subjects.checkpoint_stream, subjects.checkpoint(session_id)
+    raise ValueError(f"unknown replay kind {kind!r} (events | checkpoints)")
+
+
+async def replay(
+    js: JetStreamContext,
+    subjects: Subjects,
+    session_id: str,
+    kind: ReplayKind,
+    *,
+    start_seq: int | None = None,
+    start_time: datetime | None = None,
+    fetch_timeout_s: float = 1.0,
+) -> AsyncIterator[Replayed]:
+    """Yield the session's events or checkpoints in stream order, then stop."""
+    if start_seq is not None and start_time is not None:
+        raise ValueError("give start_seq or start_time, not both")
+    stream, subject = _target(subjects, kind, session_id)
+    config = ConsumerConfig(ack_policy=AckPolicy.NONE, filter_subject=subject, inactive_threshold=30.0)
+    if start_seq is not None:
+        config.deliver_policy = DeliverPolicy.BY_START_SEQUENCE
+        config.opt_start_seq = start_seq
+    elif start_time is not None:
+        config.deliver_policy = DeliverPolicy.BY_START_TIME
+        config.opt_start_time = start_time.isoformat()
+    else:
+        config.deliver_policy = DeliverPolicy.ALL
+    psub = await js.pull_subscribe(subject, durable=None, stream=stream, config=config)
+    try:
+        while True:
+            info = await psub.consumer_info()
+            if not info.num_pending:
+                return
+            try:
+                msgs = await psub.fetch(min(FETCH_BATCH, info.num_pending), timeout=fetch_timeout_s)
+            except NatsTimeoutError:
+                continue
+            for m in msgs:
+                yield Replayed(int(m.metadata.sequence.stream), m.subject, orjson.loads(m.data))
+    finally:
+        await psub.unsubscribe()
