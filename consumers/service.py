@@ -50,7 +50,9 @@ class TurnstileService:
         s = self.settings
         self.db = create_engine(s.database_url)
         await migrate(self.db)
-        self.broker = NatsBroker(s.nats_url, max_reconnect_attempts=-1, graceful_timeout=10.0)
+        self.broker = NatsBroker(
+            s.nats_url, max_reconnect_attempts=-1, graceful_timeout=10.0, log_level=logging.DEBUG
+        )
         await self.broker.connect()
         self.js = self.broker.connection.jetstream()
         await ensure_streams(self.js, s, self.subjects)

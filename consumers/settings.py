@@ -18,39 +18,54 @@ class Settings(BaseSettings):
     nats_url: str = Field("nats://127.0.0.1:4333", description="NATS server URL")
     database_url: str = Field(f"sqlite+aiosqlite:///{DEFAULT_DB_PATH}", description="SQLAlchemy URL")
     prefix: str = Field("turnstile", pattern=r"^[A-Za-z0-9_-]+$", description="subject prefix")
-    provider: str = Field("scripted", description="scripted | openai")
+    provider: str = Field("scripted", description="scripted or openai")
 
     # model provider
-    openai_base_url: str = "https://api.openai.com/v1"
-    openai_api_key: str = ""
-    model: str = "scripted"
-    reasoning_effort: str = "medium"
-    context_window_tokens: int = Field(32_000, gt=0)
-    system_prompt: str = "You are a helpful assistant."
-    provider_timeout_s: float = Field(60.0, gt=0)
+    openai_base_url: str = Field("https://api.openai.com/v1", description="OpenAI-compatible API base URL (provider `openai`)")
+    openai_api_key: str = Field("", description="API key for the OpenAI-compatible provider")
+    model: str = Field("scripted", description="model name passed to the provider")
+    reasoning_effort: str = Field("medium", description="reasoning effort passed to the provider")
+    context_window_tokens: int = Field(32_000, gt=0, description="context window; older turns are summarised beyond it (KS-21)")
+    system_prompt: str = Field("You are a helpful assistant.", description="the complete system prompt (turnstile never composes prompts)")
+    provider_timeout_s: float = Field(60.0, gt=0, description="timeout of one provider call")
 
     # inbound
     max_inbound_bytes: int = Field(262_144, gt=0, description="larger inbound payloads are dead-lettered")
-    fetch_batch: int = Field(256, gt=0, le=10_000)
-    fetch_timeout_s: float = Field(1.0, gt=0)
-    ack_wait_s: float = Field(30.0, gt=0)
-    max_deliver: int = Field(20, gt=0)
-    consumer_name: str = "turnstile-inbound"
+    fetch_batch: int = Field(256, gt=0, le=10_000, description="inbound messages fetched (and staged in one transaction) per batch")
+    fetch_timeout_s: float = Field(1.0, gt=0, description="how long one fetch waits for messages")
+    ack_wait_s: float = Field(30.0, gt=0, description="inbound consumer ack wait")
+    max_deliver: int = Field(20, gt=0, description="inbound consumer max deliveries")
+    consumer_name: str = Field("turnstile-inbound", description="durable inbound consumer name")
 
     # actors
-    max_concurrent_turns: int = Field(256, gt=0)
+    max_concurrent_turns: int = Field(256, gt=0, description="turns running at once across sessions")
     actor_idle_s: float = Field(300.0, gt=0, description="evict an idle session actor after this")
-    mid_turn_policy: str = Field("enqueue", pattern="^(enqueue|interrupt|reject)$")
+    mid_turn_policy: str = Field("enqueue", pattern="^(enqueue|interrupt|reject)$", description="default for messages arriving mid-turn: enqueue, interrupt or reject")
 
     # streams
-    inbound_max_age_s: float = Field(7 * 24 * 3600, gt=0)
-    events_max_age_s: float = Field(30 * 24 * 3600, gt=0)
-    outbound_max_age_s: float = Field(7 * 24 * 3600, gt=0)
-    duplicate_window_s: float = Field(120.0, gt=0)
-    checkpoints_per_session: int = Field(64, gt=0)
-    stream_replicas: int = Field(1, gt=0)
+    inbound_max_age_s: float = Field(7 * 24 * 3600, gt=0, description="inbound stream max age")
+    events_max_age_s: float = Field(30 * 24 * 3600, gt=0, description="events stream max age")
+    outbound_max_age_s: float = Field(7 * 24 * 3600, gt=0, description="outbound stream max age")
+    duplicate_window_s: float = Field(120.0, gt=0, description="JetStream duplicate window (inbound, outbound)")
+    checkpoints_per_session: int = Field(64, gt=0, description="checkpoints kept per session subject")
+    stream_replicas: int = Field(1, gt=0, description="stream replicas (cluster deployments)")
 
     # identities / platforms
-    time_zone: str = "UTC"
+    time_zone: str = Field("UTC", description="time zone for rendered labels (IANA name)")
     owners: list[str] = Field(default_factory=list, description='owner identities "platform:user_id"')
     platforms_json: str = Field("", description="JSON list of adapter instances (see docs/protocol.md)")
+
+
+def settings_markdown() -> str:
+    """The settings as a Markdown table (kept in docs/protocol.md; a test checks it is complete)."""
+    rows = ["| variable | default | meaning |", "| --- | --- | --- |"]
+    for name, field in Settings.model_fields.items():
+        default = "[]" if field.default_factory is not None else repr(field.default).replace("'", "`")
+        if default == "``" or name == "openai_api_key":
+            default = "(empty)"
+        rows.append(f"| `TURNSTILE_{name.upper()}` | {default} | {field.description or ''} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    print(settings_markdown())

@@ -29,9 +29,16 @@ def json_schemas() -> dict[str, dict[str, object]]:
 def main(argv: list[str]) -> int:
     out = Path(argv[0] if argv else "docs/schemas")
     out.mkdir(parents=True, exist_ok=True)
-    for name, schema in json_schemas().items():
+    schemas = json_schemas()
+    try:  # the KS-20 snapshot model lives in the core; clients of schemas/ do not need it
+        from core.engine.snapshot import Snapshot
+
+        schemas["snapshot"] = Snapshot.model_json_schema()
+    except ImportError:
+        pass
+    for name, schema in schemas.items():
         (out / f"{name}.json").write_bytes(orjson.dumps(schema, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
-    print(f"wrote {len(WIRE_MODELS)} schemas to {out}")
+    print(f"wrote {len(schemas)} schemas to {out}")
     return 0
 
 
