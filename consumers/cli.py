@@ -52,11 +52,36 @@ async def _run(settings: Settings) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    await service.start()
-    logging.getLogger("turnstile").info("turnstile ready on %s (prefix %s)", settings.nats_url, settings.prefix)
-    await stop.wait()
+    return await serve(service, stop)
+
+
+async def serve(service: object, stop: asyncio.Event) -> int:
+    """Start (possibly standing by for the lease), serve until ``stop`` or lease loss, then stop.
+
+    Exit code 0 on a requested stop, 3 when the ownership lease was lost.
+    """
+    from consumers.service import TurnstileService
+
+    assert isinstance(service, TurnstileService)
+    log = logging.getLogger("turnstile")
+    starting = asyncio.create_task(service.start())
+    stopping = asyncio.create_task(stop.wait())
+    await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    if not starting.done():
+        starting.cancel()
+        await asyncio.gather(starting, return_exceptions=True)
+        await service.stop()
+        return 0
+    stopping.cancel()
+    starting.result()
+    log.info("turnstile ready on %s (prefix %s)", service.settings.nats_url, service.settings.prefix)
+    lost = asyncio.create_task(service.lost.wait())
+    stopping = asyncio.create_task(stop.wait())
+    await asyncio.wait({lost, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    for t in (lost, stopping):
+        t.cancel()
     await service.stop()
-    return 0
+    return 3 if service.lost.is_set() else 0
 
 
 async def _send(settings: Settings, platform: str, session_id: str, text: str, timeout_s: float) -> int:

@@ -51,16 +51,14 @@ async def _main() -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    from consumers.cli import serve
+
+    log.info("publish to %s.inbound.<platform>.<session> (Ctrl-C stops)", settings.prefix)
     try:
-        await service.start()
-        log.info("turnstile ready: publish to %s.inbound.<platform>.<session> (Ctrl-C stops)", settings.prefix)
-        await stop.wait()
-        log.info("stopping")
-        await service.stop()
+        return await serve(service, stop)
     finally:
         if server is not None:
             await server.stop()
-    return 0
 
 
 def main() -> None:

@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from consumers.actors import ActorRegistry
 from consumers.api import build_router
 from consumers.inbound import InboundLoop
+from consumers.lease import OwnershipLease
 from consumers.operations import control_operations
 from consumers.publisher import Publisher
 from consumers.settings import Settings
@@ -44,17 +45,22 @@ class TurnstileService:
         self.engines: EngineSessions | None = None
         self.actors: ActorRegistry | None = None
         self.inbound: InboundLoop | None = None
+        self.lease: OwnershipLease | None = None
+        self.lost = asyncio.Event()
         self._started = False
 
     async def start(self) -> None:
+        """Connect, wait for the ownership lease (hot standby while another process holds it), then serve."""
         s = self.settings
-        self.db = create_engine(s.database_url)
-        await migrate(self.db)
         self.broker = NatsBroker(
             s.nats_url, max_reconnect_attempts=-1, graceful_timeout=10.0, log_level=logging.DEBUG
         )
         await self.broker.connect()
         self.js = self.broker.connection.jetstream()
+        self.lease = OwnershipLease(self.js, f"{self.subjects.stream_prefix}_LEASES", s.lease_ttl_s)
+        await self.lease.acquire(on_lost=self._on_lease_lost)
+        self.db = create_engine(s.database_url)
+        await migrate(self.db)
         await ensure_streams(self.js, s, self.subjects)
         self.publisher = Publisher(self.js, self.subjects)
         self.inbox = SqlInbox(self.db)
@@ -94,6 +100,14 @@ class TurnstileService:
         self.inbound.start()
         self._started = True
 
+    def _on_lease_lost(self) -> None:
+        """Another process owns the prefix now: stop fetching and running turns at once."""
+        self.lost.set()
+        if self.inbound is not None:
+            asyncio.get_running_loop().create_task(self.inbound.stop())
+        if self.actors is not None:
+            asyncio.get_running_loop().create_task(self.actors.close(drain_timeout_s=0))
+
     def mid_turn_policy_of(self, session_id: str) -> str:
         """The session's mid-turn policy: its ``mid_turn_policy`` metadata key, else the service default."""
         record = self.manager.get_session(session_id) if self.manager is not None else None
@@ -119,11 +133,6 @@ class TurnstileService:
             await self.inbound.stop()
         if self.actors is not None:
             await self.actors.close()
-        if self.broker is not None:
-            try:
-                await self.broker.stop()
-            except Exception as exc:
-                log.warning("closing the broker: %r", exc)
         if self.inbox is not None:
             try:
                 await self.inbox.close()
@@ -133,4 +142,11 @@ class TurnstileService:
             await self.engines.close()
         if self.db is not None:
             await self.db.dispose()
+        if self.lease is not None and not self.lost.is_set():
+            await self.lease.release()
+        if self.broker is not None:
+            try:
+                await self.broker.stop()
+            except Exception as exc:
+                log.warning("closing the broker: %r", exc)
         self._started = False

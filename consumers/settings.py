@@ -42,6 +42,11 @@ class Settings(BaseSettings):
     actor_idle_s: float = Field(300.0, gt=0, description="evict an idle session actor after this")
     mid_turn_policy: str = Field("enqueue", pattern="^(enqueue|interrupt|reject)$", description="default for messages arriving mid-turn: enqueue, interrupt or reject")
 
+    # ownership
+    lease_ttl_s: float = Field(
+        5.0, gt=0, description="single-owner lease TTL; a standby takes over this long after the owner dies"
+    )
+
     # streams
     inbound_max_age_s: float = Field(7 * 24 * 3600, gt=0, description="inbound stream max age")
     events_max_age_s: float = Field(30 * 24 * 3600, gt=0, description="events stream max age")

@@ -36,6 +36,7 @@ class ServiceProcess:
             TURNSTILE_PREFIX=self.settings.prefix,
             TURNSTILE_FETCH_TIMEOUT_S="0.2",
             TURNSTILE_ACK_WAIT_S="5",
+            TURNSTILE_LEASE_TTL_S="1.5",
         )
         with self.log_path.open("ab") as log:
             self.proc = await asyncio.create_subprocess_exec(
@@ -110,3 +111,38 @@ async def test_a_service_killed_mid_turn_finishes_the_turn_with_exactly_one_repl
     info = await js.stream_info(subjects.outbound_stream, subjects_filter=subjects.outbound("cli", sid))
     assert info.state.messages == 1
     assert replies.json()[0]["reply_to"] == body["id"]
+
+
+@pytest.mark.rule("MQ-2", "MQ-8")
+@pytest.mark.timeout(120)
+async def test_a_standby_takes_over_when_the_owner_is_killed_and_answers_exactly_once(
+    settings: Settings, tmp_path: Path, nc: Client, subjects: Subjects
+) -> None:
+    # MQ-2: one owner per session at a time, across processes — the second process stands by.
+    owner = ServiceProcess(settings, tmp_path / "owner.log")
+    standby = ServiceProcess(settings, tmp_path / "standby.log")
+    sid = f"failover-{uuid.uuid4().hex[:6]}"
+    replies = await Collector().attach(nc, subjects.outbound("cli", sid))
+    events = await Collector().attach(nc, subjects.events_of(sid))
+    try:
+        await owner.start()
+        await owner.wait_ready(nc)
+        await standby.start()
+        kv = await nc.jetstream().key_value(f"{subjects.stream_prefix}_LEASES")
+        holder = (await kv.get("owner")).value
+        assert holder and str(owner.proc.pid) in holder.decode()  # type: ignore[union-attr]
+        body = inbound(sid, "/stall 3\nhand over")
+        await publish_inbound(nc, subjects, body)
+        await wait_for(lambda: "turn.started" in [e["type"] for e in events.json()], timeout_s=30, what="turn start")
+        assert (await kv.get("owner")).value == holder  # the standby has not taken over
+        await owner.kill()
+        await wait_for(lambda: replies.messages, timeout_s=60, what="the standby's reply")
+        new_holder = (await kv.get("owner")).value
+        assert new_holder and str(standby.proc.pid) in new_holder.decode()  # type: ignore[union-attr]
+        await wait_for(lambda: "turn.ended" in [e["type"] for e in events.json()], what="turn end")
+        info = await nc.jetstream().stream_info(subjects.outbound_stream, subjects_filter=subjects.outbound("cli", sid))
+        assert info.state.messages == 1
+        assert [r["text"] for r in replies.json()] == ["echo: hand over"]
+    finally:
+        await standby.stop()
+        await owner.stop()

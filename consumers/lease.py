@@ -1,0 +1,123 @@
+"""The ownership lease: at most one turnstile process per prefix consumes and runs turns.
+
+A JetStream key-value entry (bucket ``<PREFIX>_LEASES``, key ``owner``) with a
+TTL is the lease. ``acquire`` creates it (waiting while another process holds
+it: hot standby); a background task renews it every third of the TTL with a
+compare-and-set on its revision. If a renewal fails (the broker is gone long
+enough, or the process was paused past the TTL and someone else took over),
+``on_lost`` fires so the process stops working at once. Checkpoint publishes
+are fenced separately (``Nats-Expected-Last-Subject-Sequence``), so even a
+zombie that has not noticed yet cannot overwrite the new owner's state, and
+outbound ``Nats-Msg-Id`` dedup keeps a resumed turn from answering twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Callable
+
+from nats.js import JetStreamContext
+from nats.js.api import KeyValueConfig, StorageType
+from nats.js.errors import BadRequestError, KeyWrongLastSequenceError
+from nats.js.kv import KeyValue
+
+log = logging.getLogger(__name__)
+
+LEASE_KEY = "owner"
+
+
+def new_owner_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class OwnershipLease:
+    """Acquire, hold and release the single-owner lease of one prefix."""
+
+    def __init__(self, js: JetStreamContext, bucket: str, ttl_s: float, owner_id: str | None = None) -> None:
+        self._js = js
+        self._bucket = bucket
+        self.ttl_s = ttl_s
+        self.owner_id = owner_id or new_owner_id()
+        self._kv: KeyValue | None = None
+        self._revision: int | None = None
+        self._renewer: asyncio.Task[None] | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._revision is not None
+
+    async def _bucket_kv(self) -> KeyValue:
+        if self._kv is None:
+            config = KeyValueConfig(bucket=self._bucket, ttl=self.ttl_s, history=1, storage=StorageType.FILE)
+            try:
+                self._kv = await self._js.create_key_value(config)
+            except BadRequestError:
+                self._kv = await self._js.key_value(self._bucket)
+        return self._kv
+
+    async def try_acquire(self) -> bool:
+        """Take the lease if nobody holds it; True on success."""
+        kv = await self._bucket_kv()
+        try:
+            self._revision = await kv.create(LEASE_KEY, self.owner_id.encode())
+        except KeyWrongLastSequenceError:
+            return False
+        return True
+
+    async def acquire(self, on_lost: Callable[[], None], poll_s: float | None = None) -> None:
+        """Wait until the lease is ours (hot standby), then keep renewing it in the background."""
+        poll = poll_s if poll_s is not None else max(self.ttl_s / 4, 0.05)
+        waited = False
+        while not await self.try_acquire():
+            if not waited:
+                holder = await self.holder()
+                log.info("lease held by %s; standing by", holder)
+                waited = True
+            await asyncio.sleep(poll)
+        log.info("lease acquired by %s", self.owner_id)
+        self._renewer = asyncio.create_task(self._renew(on_lost), name="lease-renewal")
+
+    async def holder(self) -> str | None:
+        kv = await self._bucket_kv()
+        try:
+            entry = await kv.get(LEASE_KEY)
+        except Exception:
+            return None
+        return entry.value.decode() if entry.value else None
+
+    async def _renew(self, on_lost: Callable[[], None]) -> None:
+        interval = self.ttl_s / 3
+        kv = await self._bucket_kv()
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self._revision = await asyncio.wait_for(
+                    kv.update(LEASE_KEY, self.owner_id.encode(), last=self._revision), interval
+                )
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.error("lost the ownership lease (%r); stopping work", exc)
+                self._revision = None
+                on_lost()
+                return
+
+    async def release(self) -> None:
+        """Stop renewing and delete the lease so a standby takes over at once."""
+        if self._renewer is not None:
+            self._renewer.cancel()
+            try:
+                await self._renewer
+            except (asyncio.CancelledError, Exception):
+                pass
+            self._renewer = None
+        if self._revision is not None and self._kv is not None:
+            try:
+                await self._kv.delete(LEASE_KEY, last=self._revision)
+            except Exception as exc:
+                log.warning("releasing the lease: %r", exc)
+        self._revision = None
