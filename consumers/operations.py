@@ -1,78 +1,395 @@
-"""The control operations the service answers, each a pydantic request model plus a call into the core."""
+"""The control operations the service answers: sessions, memory, take, places, workspaces, platforms.
+
+Each operation is a request model from ``schemas.control`` plus a thin call
+into the session manager; results are the ``schemas.control`` result models.
+Refusals are ``TurnstileError``s (``invalid``, ``not_found``, ``conflict``)
+and everything a request can get wrong is checked before anything is written.
+Turn and knowledge operations come from ``consumers.ops_turns`` (another area).
+"""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import os
+from collections.abc import Callable
+from datetime import tzinfo
 from typing import TYPE_CHECKING, Any
-
-from pydantic import BaseModel, ConfigDict, Field
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from consumers.api import Operation
-from core.errors import NotFound
-from core.sessions.codec import record_to_json
+from core.errors import InvalidInput, NotFound
+from core.sessions import rules
+from core.sessions.codec import place_to_json, record_to_json, workspace_to_json
+from core.sessions.fields import SessionCreation
+from core.sessions.manager import SessionManager
+from core.sessions.platforms import AdapterInstance
+from core.sessions.records import (
+    DEFAULT_WORKSPACE_ID,
+    PlaceRecord,
+    SessionRecord,
+    TakeSettings,
+    WorkBinding,
+    WorkspaceRecord,
+)
+from core.sessions.take import Principal
+from core.sessions.text import TextRef
+from schemas.control import (
+    AdapterInstanceOut,
+    CreationIn,
+    DeletedOut,
+    EmptyRequest,
+    GenerationOut,
+    LabelOut,
+    MemoryClearOut,
+    MemoryClearRequest,
+    PlaceGetRequest,
+    PlaceOfOut,
+    PlaceOut,
+    PlaceUpdateRequest,
+    PlatformRegisterRequest,
+    PlatformUnregisteredOut,
+    PlatformUnregisterRequest,
+    SessionCompleteRequest,
+    SessionCreateChildRequest,
+    SessionCreateRequest,
+    SessionCurrentDirRequest,
+    SessionEnsureRequest,
+    SessionExtraRootsRequest,
+    SessionIdRequest,
+    SessionListRequest,
+    SessionOut,
+    SessionTakeSettingsRequest,
+    SessionTitleRequest,
+    SessionUpdateRequest,
+    SessionWorktreeRequest,
+    TakeCheckRequest,
+    TakeVerdictOut,
+    WorkspaceAddedOut,
+    WorkspaceAddRequest,
+    WorkspaceIdRequest,
+    WorkspaceOut,
+    WorkspaceRemovedOut,
+)
 
 if TYPE_CHECKING:
     from consumers.service import TurnstileService
 
+log = logging.getLogger(__name__)
 
-class Request(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class SessionIdRequest(Request):
-    session_id: str = Field(min_length=1, max_length=512)
+HISTORY_TYPE = "context"
 
 
-class ListSessionsRequest(Request):
-    parent_id: str | None = Field(None, description="children of this session; omit for every session")
-    roots_only: bool = Field(False, description="only root sessions (parent_id absent)")
-    status: str | None = None
+def service_time_zone(name: str) -> tzinfo:
+    """The service time zone labels are rendered in; an unknown name falls back to UTC (logged)."""
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        log.warning("unknown time zone %r; rendering labels in UTC", name)
+        return ZoneInfo("UTC")
+
+
+class Rendering:
+    """Turns records into result models, rendering text objects in the service time zone (SM-2)."""
+
+    def __init__(self, tz: tzinfo) -> None:
+        self._tz = tz
+
+    def label(self, text: TextRef) -> LabelOut:
+        return LabelOut(source=text.render("en", self._tz), en=text.render("en", self._tz), zh=text.render("zh", self._tz))
+
+    def session(self, record: SessionRecord) -> SessionOut:
+        return SessionOut.model_validate({**record_to_json(record), "label": self.label(rules.session_label(record))})
+
+    def sessions(self, records: list[SessionRecord]) -> list[SessionOut]:
+        return [self.session(r) for r in records]
+
+    def place(self, place: PlaceRecord) -> PlaceOut:
+        return PlaceOut.model_validate({**place_to_json(place), "label": self.label(rules.place_label(place))})
+
+    def workspace(self, workspace: WorkspaceRecord) -> WorkspaceOut:
+        if workspace.name:
+            text = TextRef.literal(workspace.name)
+        elif workspace.id == DEFAULT_WORKSPACE_ID:
+            text = TextRef("place.label.default_workspace")
+        else:
+            text = TextRef.literal(workspace.id)
+        return WorkspaceOut.model_validate({**workspace_to_json(workspace), "label": self.label(text)})
+
+
+def _creation(given: CreationIn | None) -> SessionCreation | None:
+    if given is None:
+        return None
+    work = None
+    if given.work is not None:
+        work = WorkBinding(given.work.root, tuple(given.work.extra_roots), tuple(given.work.worktrees))
+    return SessionCreation(created_from=given.created_from, workspace=given.workspace, work=work)
+
+
+def _instance_out(instance: AdapterInstance) -> AdapterInstanceOut:
+    return AdapterInstanceOut(
+        instance_id=instance.instance_id,
+        platform=instance.platform,
+        type=instance.type,
+        claims=list(instance.claims),
+        chat_scopes=dict(instance.chat_scopes),
+    )
+
+
+def real_directory(root: str) -> str:
+    """SM-29's validation point: ``root`` must be an absolute path to an existing directory; its real path."""
+    if "\x00" in root or not os.path.isabs(root):
+        raise InvalidInput(f"workspace root {root!r} must be an absolute path")
+    real = os.path.realpath(root)
+    if not os.path.isdir(real):
+        raise InvalidInput(f"workspace root {root!r} is not an existing directory")
+    return real
+
+
+class HistoryClearer:
+    """Clears a session's message history for memory.clear: stop its turn, clear the journal, drop checkpoints.
+
+    The running turn is stopped and the loaded state forgotten first (a turn
+    writing to the history would otherwise put it back); the checkpoints go too,
+    so the next message does not restore the old transcript from one.
+    """
+
+    def __init__(self, service: TurnstileService) -> None:
+        self._service = service
+
+    async def clear(self, session_id: str) -> bool:
+        """True when the history is gone (the SM-23 ``historyCleared``)."""
+        svc = self._service
+        try:
+            if svc.actors is not None:
+                await svc.actors.stop_session(session_id)
+            if svc.engines is None:
+                return False
+            await svc.engines.clear(session_id)
+            if svc.js is not None:
+                await svc.js.purge_stream(svc.subjects.checkpoint_stream, subject=svc.subjects.checkpoint(session_id))
+        except Exception as exc:
+            log.warning("clearing the history of %s failed: %r", session_id, exc)
+            return False
+        return True
+
+
+def session_operations(service: TurnstileService) -> list[Operation]:
+    """session.*: create, create_child, ensure, get, list, children, update, title, complete, delete, …"""
+    render = Rendering(service_time_zone(service.settings.time_zone))
+
+    def manager() -> SessionManager:
+        m: SessionManager = service.manager
+        return m
+
+    def existing(session_id: str) -> SessionRecord:
+        record = manager().get_session(session_id)
+        if record is None:
+            raise NotFound(f"session {session_id!r} does not exist")
+        return record
+
+    async def create(req: SessionCreateRequest) -> SessionOut:
+        return render.session(await manager().create_session(req.fields.to_fields(), _creation(req.creation)))
+
+    async def create_child(req: SessionCreateChildRequest) -> SessionOut:
+        fields = req.fields.to_fields()
+        given_parent = fields.pop("parent_id", None)
+        if given_parent is not None and given_parent != req.parent_id:
+            raise InvalidInput("fields.parent_id differs from parent_id")
+        return render.session(await manager().create_child_session(req.parent_id, fields))
+
+    async def ensure(req: SessionEnsureRequest) -> SessionOut:
+        fields = req.fields.to_fields()
+        given_id = fields.pop("id", None)
+        if given_id is not None and given_id != req.session_id:
+            raise InvalidInput("fields.id differs from session_id")
+        return render.session(await manager().ensure_session(req.session_id, fields, _creation(req.creation)))
+
+    async def get(req: SessionIdRequest) -> SessionOut:
+        return render.session(existing(req.session_id))
+
+    async def list_(req: SessionListRequest) -> list[SessionOut]:
+        m = manager()
+        if req.parent_id is not None and req.roots_only:
+            raise InvalidInput("give parent_id or roots_only, not both")
+        if req.parent_id is not None:
+            return render.sessions(m.list_sessions(parent_id=req.parent_id, status=req.status))
+        if req.roots_only:
+            return render.sessions(m.list_sessions(parent_id=None, status=req.status))
+        return render.sessions(m.list_sessions(status=req.status))
+
+    async def children(req: SessionIdRequest) -> list[SessionOut]:
+        existing(req.session_id)
+        return render.sessions(manager().get_children(req.session_id))
+
+    async def update(req: SessionUpdateRequest) -> SessionOut:
+        return render.session(await manager().update_session(req.session_id, req.changes.to_changes()))
+
+    async def title(req: SessionTitleRequest) -> SessionOut:
+        return render.session(await manager().update_session_title(req.session_id, req.title))
+
+    async def complete(req: SessionCompleteRequest) -> SessionOut:
+        return render.session(await manager().complete_session(req.session_id, req.result))
+
+    async def delete(req: SessionIdRequest) -> DeletedOut:
+        m = manager()
+        if m.get_session(req.session_id) is None and not m.is_deleting(req.session_id):
+            raise NotFound(f"session {req.session_id!r} does not exist")
+        deleted = await m.delete_session(req.session_id)
+        return DeletedOut(session_id=req.session_id, deleted=deleted, generation=m.generation_of(req.session_id))
+
+    async def generation(req: SessionIdRequest) -> GenerationOut:
+        return GenerationOut(session_id=req.session_id, generation=manager().generation_of(req.session_id))
+
+    async def set_current_dir(req: SessionCurrentDirRequest) -> SessionOut:
+        return render.session(await manager().set_current_dir(req.session_id, req.current_dir))
+
+    async def set_extra_roots(req: SessionExtraRootsRequest) -> SessionOut:
+        return render.session(await manager().set_extra_roots(req.session_id, req.extra_roots))
+
+    async def add_worktree(req: SessionWorktreeRequest) -> SessionOut:
+        return render.session(await manager().add_worktree(req.session_id, req.path))
+
+    async def take_settings(req: SessionTakeSettingsRequest) -> SessionOut:
+        settings = None if req.settings is None else TakeSettings(**req.settings.model_dump())
+        return render.session(await manager().update_take_settings(req.session_id, settings))
+
+    op = _binder("session")
+    return [
+        op("create", SessionCreateRequest, create, "create a root (or a child via fields.parent_id)"),
+        op("create_child", SessionCreateChildRequest, create_child, "create a child session"),
+        op("ensure", SessionEnsureRequest, ensure, "file a session by id when missing"),
+        op("get", SessionIdRequest, get, "one session record"),
+        op("list", SessionListRequest, list_, "session records, filtered"),
+        op("children", SessionIdRequest, children, "the children of a session"),
+        op("update", SessionUpdateRequest, update, "change fields; metadata merges"),
+        op("title", SessionTitleRequest, title, "set the title"),
+        op("complete", SessionCompleteRequest, complete, "mark completed with a result"),
+        op("delete", SessionIdRequest, delete, "delete a session and its subtree"),
+        op("generation", SessionIdRequest, generation, "the session's generation"),
+        op("set_current_dir", SessionCurrentDirRequest, set_current_dir, "set the session's current directory"),
+        op("set_extra_roots", SessionExtraRootsRequest, set_extra_roots, "replace the project's extra roots"),
+        op("add_worktree", SessionWorktreeRequest, add_worktree, "add a worktree to the project binding"),
+        op("take_settings", SessionTakeSettingsRequest, take_settings, "set the per-session take settings"),
+    ]
+
+
+def other_operations(service: TurnstileService) -> list[Operation]:
+    """memory.clear, take.check, place.*, workspace.*, platform.*."""
+    render = Rendering(service_time_zone(service.settings.time_zone))
+    history = HistoryClearer(service)
+
+    def manager() -> SessionManager:
+        m: SessionManager = service.manager
+        return m
+
+    async def memory_clear(req: MemoryClearRequest) -> MemoryClearOut:
+        m = manager()
+        if m.get_session(req.session_id) is None:
+            raise NotFound(f"session {req.session_id!r} does not exist")
+        clears_history = req.types is None or HISTORY_TYPE in req.types
+        cleared = await history.clear(req.session_id) if clears_history else False
+        deleted = await m.memory_clear(req.session_id, req.types, req.scope, history_cleared=cleared)
+        return MemoryClearOut(session_id=req.session_id, history_cleared=cleared, deleted=deleted)
+
+    async def take_check(req: TakeCheckRequest) -> TakeVerdictOut:
+        who = Principal(req.principal.platform, req.principal.user_id) if req.principal is not None else None
+        verdict = manager().can_take(req.current_id, req.target_id, who)
+        reason = render.label(verdict.reason) if verdict.reason is not None else None
+        return TakeVerdictOut(ok=verdict.ok, reason=reason)
+
+    async def place_of(req: SessionIdRequest) -> PlaceOfOut:
+        m = manager()
+        where = m.place_of(req.session_id)
+        record = m.get_place(where.key)
+        place = render.place(record) if record is not None else None
+        return PlaceOfOut(session_id=req.session_id, kind=where.kind, key=where.key, place=place)
+
+    async def place_get(req: PlaceGetRequest) -> PlaceOut:
+        record = manager().get_place(req.key)
+        if record is None:
+            raise NotFound(f"place {req.key!r} does not exist")
+        return render.place(record)
+
+    async def place_list(_: EmptyRequest) -> list[PlaceOut]:
+        return [render.place(p) for p in manager().list_places()]
+
+    async def place_update(req: PlaceUpdateRequest) -> PlaceOut:
+        return render.place(await manager().update_place(req.key, req.metadata))
+
+    async def workspace_add(req: WorkspaceAddRequest) -> WorkspaceAddedOut:
+        real = await asyncio.to_thread(real_directory, req.root)
+        added = await manager().add_workspace(real)
+        return WorkspaceAddedOut(workspace=render.workspace(added.workspace), existed=added.existed)
+
+    async def workspace_list(_: EmptyRequest) -> list[WorkspaceOut]:
+        return [render.workspace(w) for w in manager().list_workspaces()]
+
+    async def workspace_remove(req: WorkspaceIdRequest) -> WorkspaceRemovedOut:
+        changed = await manager().remove_workspace(req.workspace_id)
+        return WorkspaceRemovedOut(workspace_id=req.workspace_id, changed_sessions=changed)
+
+    async def platform_register(req: PlatformRegisterRequest) -> AdapterInstanceOut:
+        instance = AdapterInstance(
+            instance_id=req.instance_id,
+            platform=req.platform,
+            type=req.type,
+            claims=tuple(req.claims),
+            chat_scopes=dict(req.chat_scopes),
+        )
+        manager().registry.register(instance)
+        return _instance_out(instance)
+
+    async def platform_unregister(req: PlatformUnregisterRequest) -> PlatformUnregisteredOut:
+        existed = manager().registry.unregister(req.instance_id)
+        if not existed:
+            raise NotFound(f"adapter instance {req.instance_id!r} is not registered")
+        return PlatformUnregisteredOut(instance_id=req.instance_id, existed=True)
+
+    async def platform_list(_: EmptyRequest) -> list[AdapterInstanceOut]:
+        return [_instance_out(i) for i in manager().registry.instances()]
+
+    return [
+        Operation("memory", "clear", MemoryClearRequest, memory_clear, "clear memory; history clear deletes children"),
+        Operation("take", "check", TakeCheckRequest, take_check, "may one session take from another"),
+        Operation("place", "of", SessionIdRequest, place_of, "where a session belongs"),
+        Operation("place", "get", PlaceGetRequest, place_get, "one place record"),
+        Operation("place", "list", EmptyRequest, place_list, "every place record"),
+        Operation("place", "update", PlaceUpdateRequest, place_update, "merge a place's metadata"),
+        Operation("workspace", "add", WorkspaceAddRequest, workspace_add, "register a directory as a workspace"),
+        Operation("workspace", "list", EmptyRequest, workspace_list, "every workspace, default first"),
+        Operation("workspace", "remove", WorkspaceIdRequest, workspace_remove, "remove a workspace"),
+        Operation("platform", "register", PlatformRegisterRequest, platform_register, "add an adapter instance"),
+        Operation("platform", "unregister", PlatformUnregisterRequest, platform_unregister, "remove an adapter"),
+        Operation("platform", "list", EmptyRequest, platform_list, "the adapter instances"),
+    ]
+
+
+def _binder(resource: str) -> Callable[..., Operation]:
+    def bind(verb: str, request: Any, call: Any, summary: str) -> Operation:
+        return Operation(resource, verb, request, call, summary)
+
+    return bind
 
 
 def control_operations(service: TurnstileService) -> list[Operation]:
     """Every control operation of the service, bound to its running parts."""
-
-    def manager() -> Any:
-        return service.manager
-
-    async def session_get(req: SessionIdRequest) -> Any:
-        record = manager().get_session(req.session_id)
-        if record is None:
-            raise NotFound(f"session {req.session_id!r} not found")
-        return record_to_json(record)
-
-    async def session_list(req: ListSessionsRequest) -> Any:
-        m = manager()
-        if req.parent_id is not None:
-            records = m.list_sessions(parent_id=req.parent_id, status=req.status)
-        elif req.roots_only:
-            records = m.list_sessions(parent_id=None, status=req.status)
-        else:
-            records = m.list_sessions(status=req.status)
-        return [record_to_json(r) for r in records]
-
-    async def session_delete(req: SessionIdRequest) -> Any:
-        m = manager()
-        if m.get_session(req.session_id) is None:
-            raise NotFound(f"session {req.session_id!r} not found")
-        await m.delete_session(req.session_id)
-        return {"session_id": req.session_id, "generation": m.generation_of(req.session_id)}
-
-    async def session_generation(req: SessionIdRequest) -> Any:
-        return {"session_id": req.session_id, "generation": manager().generation_of(req.session_id)}
-
-    return [
-        *_area_operations(service),
-        Operation("session", "get", SessionIdRequest, session_get, "one session record"),
-        Operation("session", "list", ListSessionsRequest, session_list, "session records, filtered"),
-        Operation("session", "delete", SessionIdRequest, session_delete, "delete a session and its subtree"),
-        Operation("session", "generation", SessionIdRequest, session_generation, "the session's generation"),
-    ]
+    own = [*session_operations(service), *other_operations(service)]
+    names = {(op.resource, op.verb) for op in own}
+    extra = []
+    for op in _area_operations(service):
+        if (op.resource, op.verb) in names:
+            log.warning("control operation %s.%s is defined twice; keeping the session area's", op.resource, op.verb)
+            continue
+        names.add((op.resource, op.verb))
+        extra.append(op)
+    return [*own, *extra]
 
 
 def _area_operations(service: TurnstileService) -> list[Operation]:
-    """Operations contributed by the area modules (sessions/places/workspaces, turns/knowledge)."""
+    """Operations contributed by the other area modules (turns/knowledge: ``consumers.ops_turns``)."""
     ops: list[Operation] = []
-    for module_name in ("consumers.ops_sessions", "consumers.ops_turns"):
+    for module_name in ("consumers.ops_turns",):
         try:
             module = __import__(module_name, fromlist=["operations"])
         except ModuleNotFoundError as exc:
