@@ -22,8 +22,13 @@ WIRE_MODELS: dict[str, type[BaseModel]] = {
 
 
 def json_schemas() -> dict[str, dict[str, object]]:
-    """Name → JSON Schema for every wire model."""
-    return {name: model.model_json_schema() for name, model in WIRE_MODELS.items()}
+    """Name → JSON Schema for every wire model and every control request (``api.<resource>.<verb>``)."""
+    from schemas.control import CONTROL_REQUESTS
+
+    schemas = {name: model.model_json_schema() for name, model in WIRE_MODELS.items()}
+    for op, model in CONTROL_REQUESTS.items():
+        schemas[f"api.{op}"] = model.model_json_schema()
+    return schemas
 
 
 def main(argv: list[str]) -> int:
