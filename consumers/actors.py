@@ -3,20 +3,36 @@
 One session's turns never overlap; different sessions run concurrently up to
 ``max_concurrent_turns``. An idle actor is evicted and its session is restored
 from its last checkpoint on JetStream when the next message arrives (MQ-2).
+
+The mailbox carries two kinds of work: staged inbound messages (``Work``) and
+control commands (``Command``, e.g. ``session.interrupt`` or ``turn.free_time``)
+that must touch the session's engine state without ever overlapping a turn.
+Commands are served before queued messages (but never preempt the item being
+handled); among themselves, and among messages, arrival order holds.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from consumers.turns import TurnRunner
+from core.engine.policy import MidTurnAction
+from core.errors import Unavailable
 from core.store.inbox import StagedMessage
 from schemas.wire import InboundMessage
 
 log = logging.getLogger(__name__)
+
+COMMAND_PRIORITY = 0
+MESSAGE_PRIORITY = 1
+
+Reply = Callable[[Any], None]
+CommandFn = Callable[[TurnRunner, Reply], Awaitable[Any]]
 
 
 @dataclass
@@ -28,6 +44,22 @@ class Work:
 
 
 @dataclass
+class Command:
+    """A control command run inside the actor; ``result`` resolves with its reply.
+
+    ``run(runner, reply)`` may call ``reply(value)`` early (e.g. once a free-time
+    opening is staged) and keep going; otherwise its return value is the reply.
+    """
+
+    name: str
+    run: CommandFn
+    result: asyncio.Future[Any]
+
+
+Item = tuple[int, int, Work | Command]
+
+
+@dataclass
 class SessionActor:
     """The single owner of one session inside this process."""
 
@@ -35,7 +67,7 @@ class SessionActor:
     runner: TurnRunner
     idle_s: float
     on_exit: Callable[[SessionActor], None]
-    mailbox: asyncio.Queue[Work] = field(default_factory=asyncio.Queue)
+    mailbox: asyncio.PriorityQueue[Item] = field(default_factory=asyncio.PriorityQueue)
     task: asyncio.Task[None] | None = None
     busy: bool = False
 
@@ -46,23 +78,47 @@ class SessionActor:
         try:
             while True:
                 try:
-                    work = await asyncio.wait_for(self.mailbox.get(), self.idle_s)
+                    _, _, item = await asyncio.wait_for(self.mailbox.get(), self.idle_s)
                 except TimeoutError:
                     if self.mailbox.empty():
                         return
                     continue
                 self.busy = True
+                self.runner.begin_item()
                 try:
-                    await self.runner.handle(work.staged, work.inbound)
+                    if isinstance(item, Command):
+                        await self._serve(item)
+                    else:
+                        await self.runner.handle(item.staged, item.inbound)
                 except asyncio.CancelledError:
+                    if isinstance(item, Command) and not item.result.done():
+                        item.result.set_exception(Unavailable("the service is shutting down"))
                     raise
                 except Exception:
-                    log.exception("session %s: handling %s failed", self.session_id, work.staged.message_id)
+                    what = item.name if isinstance(item, Command) else item.staged.message_id
+                    log.exception("session %s: handling %s failed", self.session_id, what)
                 finally:
                     self.busy = False
                     self.mailbox.task_done()
         finally:
             self.on_exit(self)
+
+    async def _serve(self, command: Command) -> None:
+        def reply(value: Any) -> None:
+            if not command.result.done():
+                command.result.set_result(value)
+
+        try:
+            value = await command.run(self.runner, reply)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if command.result.done():
+                log.exception("session %s: command %s failed after replying", self.session_id, command.name)
+            else:
+                command.result.set_exception(exc)
+            return
+        reply(value)
 
 
 class ActorRegistry:
@@ -72,6 +128,7 @@ class ActorRegistry:
         self._make_runner = make_runner
         self._idle_s = idle_s
         self._actors: dict[str, SessionActor] = {}
+        self._order = itertools.count()
         self._closing = False
 
     def __len__(self) -> int:
@@ -80,18 +137,41 @@ class ActorRegistry:
     def get(self, session_id: str) -> SessionActor | None:
         return self._actors.get(session_id)
 
+    def _actor(self, session_id: str) -> SessionActor:
+        actor = self._actors.get(session_id)
+        if actor is None or actor.task is None or actor.task.done():
+            actor = SessionActor(session_id, self._make_runner(session_id), self._idle_s, self._forget)
+            self._actors[session_id] = actor
+            actor.start()
+        return actor
+
     async def deliver(self, staged: StagedMessage, inbound: InboundMessage) -> None:
         """Put a staged message into its session's mailbox (creating the actor on demand)."""
         if self._closing:
             return  # still staged: replayed from the inbox at the next start
-        sid = staged.session_id or ""
-        actor = self._actors.get(sid)
-        if actor is None or actor.task is None or actor.task.done():
-            actor = SessionActor(sid, self._make_runner(sid), self._idle_s, self._forget)
-            self._actors[sid] = actor
-            actor.start()
-        actor.runner.notice_arrival(inbound, busy=actor.busy)
-        actor.mailbox.put_nowait(Work(staged, inbound))
+        actor = self._actor(staged.session_id or "")
+        if actor.runner.notice_arrival(inbound, busy=actor.busy) is MidTurnAction.REJECT:
+            await actor.runner.reject(staged, inbound)
+            return
+        actor.mailbox.put_nowait((MESSAGE_PRIORITY, next(self._order), Work(staged, inbound)))
+
+    async def call(self, session_id: str, name: str, run: CommandFn) -> Any:
+        """Run ``run`` inside the session's actor (after the item it is handling) and return its reply."""
+        if self._closing:
+            raise Unavailable("the service is shutting down")
+        actor = self._actor(session_id)
+        result: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        actor.mailbox.put_nowait((COMMAND_PRIORITY, next(self._order), Command(name, run, result)))
+        # Shielded: a caller that gives up does not cancel the command half-way.
+        return await asyncio.shield(result)
+
+    def request_stop(self, session_id: str, reason: str) -> bool:
+        """Cancel the session's running turn now (interrupt); True when its actor was busy."""
+        actor = self._actors.get(session_id)
+        if actor is None or not actor.busy:
+            return False
+        actor.runner.request_stop(reason)
+        return True
 
     def _forget(self, actor: SessionActor) -> None:
         if self._actors.get(actor.session_id) is actor:
@@ -127,13 +207,16 @@ class ActorRegistry:
     async def close(self, drain_timeout_s: float = 10.0) -> None:
         """Stop taking work, let running turns finish within the timeout, then cancel the rest.
 
-        Work still in a mailbox stays staged in the inbox and is replayed at the next start.
+        Work still in a mailbox stays staged in the inbox and is replayed at the next start;
+        queued commands are refused with ``unavailable``.
         """
         self._closing = True
         actors = list(self._actors.values())
         for a in actors:
             while not a.mailbox.empty():
-                a.mailbox.get_nowait()
+                _, _, item = a.mailbox.get_nowait()
+                if isinstance(item, Command) and not item.result.done():
+                    item.result.set_exception(Unavailable("the service is shutting down"))
                 a.mailbox.task_done()
         idle = [a.task for a in actors if a.task is not None and not a.busy]
         busy = [a.task for a in actors if a.task is not None and a.busy]

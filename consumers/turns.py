@@ -1,11 +1,17 @@
-"""TurnRunner: what a session actor does with one staged inbound message.
+"""TurnRunner: what a session actor does with one staged inbound message or control command.
 
 Order of a turn (DESIGN "Flow"): generation check → restore the engine session
 from the last checkpoint if not loaded → stage the user message (checkpoint)
 → ``run_pending_turn`` (a checkpoint after every durable step) → generation
 check → outbound replies → turn bookkeeping → inbox mark. A message answered
 before a crash is delivered again from the engine's state under the same
-``Nats-Msg-Id`` (``<sid>:<turn_id>:<seq>``), which JetStream deduplicates.
+``Nats-Msg-Id`` (``<sid>:<turn_id>:<seq>``), which JetStream deduplicates; a
+replay of an event whose first message was delivered is dropped (KS-14).
+
+Turn outcomes: ``replied``, ``silent``, ``aborted`` (interrupted: open tool
+calls repaired, KS-8), ``error`` (provider failure, round limit, …; the user
+message stays in the transcript and the turn stays pending — the next message
+of the session closes it first, a redelivery of the same event retries it).
 """
 
 from __future__ import annotations
@@ -14,12 +20,15 @@ import asyncio
 import logging
 import time
 import uuid
+from collections import deque
 from typing import Any, Protocol
 
 import orjson
 
 from consumers.publisher import Publisher
-from core.engine import Session
+from consumers.transitions import transition_of
+from core.engine import Session, SessionOptions, TurnExhausted
+from core.engine.policy import MidTurnAction, MidTurnPolicy, decide_mid_turn
 from core.errors import Cancelled, CheckpointFailed, TurnstileError
 from core.store.inbox import DONE, DROPPED, SqlInbox, StagedMessage
 from schemas.wire import Checkpoint, InboundMessage, OutboundReply
@@ -29,12 +38,18 @@ log = logging.getLogger(__name__)
 RETRY_ATTEMPTS = 5
 RETRY_BASE_DELAY_S = 0.2
 MAX_ERROR_CHARS = 200
+BUSY_REASON = "busy"
+POLICIES = tuple(p.value for p in MidTurnPolicy)
+FINISHED_REMEMBERED = 256
 
 
 class EngineFactory(Protocol):
     """Opens engine sessions, fresh or from a checkpoint snapshot."""
 
-    async def open(self, session_id: str, restored: dict[str, Any] | None) -> Session: ...
+    async def open(
+        self, session_id: str, restored: dict[str, Any] | None, *, options: SessionOptions | None = None,
+        chat: dict[str, Any] | None = None,
+    ) -> Session: ...
 
     async def clear(self, session_id: str) -> None: ...
 
@@ -44,11 +59,11 @@ class SessionBook(Protocol):
 
     def generation_of(self, session_id: str) -> int: ...
 
-    async def turn_started(self, session_id: str) -> None: ...
+    async def turn_started(self, session_id: str) -> Any: ...
 
-    async def turn_ended(self, session_id: str, outcome: str, error: str | None, ended_at: float) -> None: ...
+    async def turn_ended(self, session_id: str, outcome: str, error: str | None, ended_at: float) -> Any: ...
 
-    async def add_usage(self, session_id: str, input_tokens: int, output_tokens: int) -> None: ...
+    async def add_usage(self, session_id: str, input_tokens: int, output_tokens: int) -> Any: ...
 
 
 def external_id_of(inbound: InboundMessage) -> str:
@@ -56,20 +71,20 @@ def external_id_of(inbound: InboundMessage) -> str:
     return inbound.external_event_id or f"inbound:{inbound.platform}:{inbound.id}"
 
 
-def transition_of(snapshot: dict[str, Any]) -> str:
-    """Name the durable step a snapshot was taken after: the kind of its newest journal entry."""
-    transcript = snapshot.get("transcript") or []
-    if not transcript:
-        return "opened"
-    last = transcript[-1]
-    kind = str(last.get("kind") or "step")
-    if kind == "event":
-        return str((last.get("payload") or {}).get("type") or kind)
-    return kind
+def chat_of(book: Any, session_id: str, inbound: InboundMessage | None) -> dict[str, Any] | None:
+    """The session's chat scope for a fresh engine session: the root's origin chat, else the inbound's."""
+    origin_chat_of = getattr(book, "origin_chat_of", None)
+    origin = origin_chat_of(session_id) if callable(origin_chat_of) else None
+    if origin is not None:
+        return {"type": origin.type, "multi_party": bool(origin.multi_party), "target_id": origin.target_id,
+                "name": origin.name}
+    if inbound is not None and inbound.chat is not None:
+        return inbound.chat.model_dump(exclude_none=True)
+    return None
 
 
 class TurnRunner:
-    """Runs the turns of one session, one message at a time."""
+    """Runs the turns and control commands of one session, one item at a time."""
 
     def __init__(
         self,
@@ -92,41 +107,69 @@ class TurnRunner:
         self._engine: Session | None = None
         self._generation: int | None = None
         self._checkpoint_seq: int | None = None
+        self._version_seen = 0
         self._operation: str | None = None
         self._stop_reason: str | None = None
-        self._rejected: set[tuple[str, str]] = set()
+        self.stops_applied = 0
+        # Inbound ids this runner finished (delivered): the inbox writes its marks in batches.
+        self._finished: deque[str] = deque(maxlen=FINISHED_REMEMBERED)
 
     # -- arrival policy ---------------------------------------------------------------
-    def notice_arrival(self, inbound: InboundMessage, *, busy: bool) -> None:
-        """Apply the mid-turn policy to a message that arrives while a turn runs."""
-        if not busy:
-            return
-        if self.mid_turn_policy == "interrupt":
-            self._cancel_running("interrupt")
-        elif self.mid_turn_policy == "reject":
-            self._rejected.add((inbound.platform, inbound.id))
+    def policy(self) -> str:
+        """The session's mid-turn policy now: ``metadata.mid_turn_policy`` of its record, else the default."""
+        get_session = getattr(self._book, "get_session", None)
+        record = get_session(self.session_id) if callable(get_session) else None
+        metadata = getattr(record, "metadata", None)
+        chosen = metadata.get("mid_turn_policy") if isinstance(metadata, dict) else None
+        return chosen if chosen in POLICIES else self.mid_turn_policy
 
-    def _cancel_running(self, reason: str) -> None:
+    def notice_arrival(self, inbound: InboundMessage, *, busy: bool) -> MidTurnAction:
+        """Apply the mid-turn policy to a message arriving while the session is busy.
+
+        ``interrupt`` cancels the running turn now; ``reject`` is answered by the caller
+        with ``reject`` (the message never waits behind the running turn).
+        """
+        action = decide_mid_turn(self.policy(), turn_running=busy, turn_pending=False)
+        if action is MidTurnAction.INTERRUPT_THEN_BEGIN:
+            self.request_stop("interrupt")
+        return action
+
+    async def reject(self, staged: StagedMessage, inbound: InboundMessage) -> None:
+        """Drop a message refused by the ``reject`` policy (``message.dropped`` reason ``busy``)."""
+        await self._drop(staged, inbound, BUSY_REASON, "a turn was running and the session's policy is reject")
+
+    def begin_item(self) -> None:
+        """The actor starts a new item: a stop requested while idle does not carry over."""
+        self._stop_reason = None
+
+    def request_stop(self, reason: str) -> None:
+        """Cancel the running operation now; a turn about to start in this item starts cancelled."""
+        self._stop_reason = reason
         if self._engine is not None and self._operation is not None:
-            self._stop_reason = reason
             self._engine.cancel(self._operation)
 
     # -- lifecycle ----------------------------------------------------------------------
     def unload(self) -> None:
-        """Forget the loaded session; the next message restores it from its last checkpoint."""
+        """Forget the loaded session; the next item restores it from its last checkpoint."""
         self._engine = None
         self._generation = None
         self._checkpoint_seq = None
 
     async def stop_running_turn(self) -> None:
         """Cancel the running turn, if any (deletion stops it before the data clear)."""
-        self._cancel_running("deleted")
+        self.request_stop("deleted")
 
     async def release(self) -> None:
         if self._engine is not None:
             await self._engine.release_managed_sources()
 
-    async def _load(self, generation: int) -> Session:
+    @property
+    def generation(self) -> int:
+        return self._book.generation_of(self.session_id)
+
+    async def load(self, inbound: InboundMessage | None = None) -> Session:
+        """The session's engine for the current generation, restored from its last checkpoint."""
+        generation = self.generation
         if self._engine is not None and self._generation == generation:
             return self._engine
         last = await self._pub.last_checkpoint(self.session_id)
@@ -142,19 +185,34 @@ class TurnRunner:
             else:
                 if cp.generation == generation:
                     restored = cp.snapshot
-        self._engine = await self._engines.open(self.session_id, restored)
+        self._engine = await self._engines.open(
+            self.session_id, restored, chat=chat_of(self._book, self.session_id, inbound)
+        )
         self._generation = generation
+        self._version_seen = self._engine.state.next_seq
         return self._engine
 
-    def _checkpointer(self, inbound_id: str | None, transition: str | None = None) -> Any:
+    async def open_fresh(self, options: SessionOptions) -> Session:
+        """Reopen a session that has no history yet with ``options`` (a mode other than conversation)."""
+        engine = await self.load()
+        if engine.state.next_seq != 0:
+            raise RuntimeError("open_fresh on a session with history")
+        self._engine = await self._engines.open(self.session_id, None, options=options)
+        self._version_seen = 0
+        return self._engine
+
+    def checkpointer(self, inbound_id: str | None = None, transition: str | None = None) -> Any:
+        """The checkpoint callback: publish each snapshot, fenced on the previous subject sequence."""
+
         async def checkpoint(snapshot: dict[str, Any]) -> None:
             assert self._generation is not None
+            version = int(snapshot.get("state_version", 0))
             cp = Checkpoint(
                 session_id=self.session_id,
                 generation=self._generation,
                 format_version=int(snapshot.get("format_version", 1)),
-                state_version=int(snapshot.get("state_version", 0)),
-                transition=transition or transition_of(snapshot),
+                state_version=version,
+                transition=transition or transition_of(snapshot, self._version_seen),
                 inbound_id=inbound_id,
                 at=time.time(),
                 snapshot=snapshot,
@@ -162,16 +220,13 @@ class TurnRunner:
             self._checkpoint_seq = await self._pub.checkpoint(
                 self.session_id, orjson.dumps(cp.model_dump()), self._checkpoint_seq
             )
+            self._version_seen = version
 
         return checkpoint
 
     # -- one message ----------------------------------------------------------------------
     async def handle(self, staged: StagedMessage, inbound: InboundMessage) -> None:
         """Serve one staged message; transient failures are retried, then it stays staged."""
-        if staged.key in self._rejected:
-            self._rejected.discard(staged.key)
-            await self._drop(staged, inbound, "busy")
-            return
         for attempt in range(RETRY_ATTEMPTS):
             try:
                 await self._handle_once(staged, inbound)
@@ -184,23 +239,26 @@ class TurnRunner:
         log.error("session %s: giving up on %s for now; it stays staged", self.session_id, staged.message_id)
 
     async def _handle_once(self, staged: StagedMessage, inbound: InboundMessage) -> None:
-        sid = self.session_id
         # SM-22 / MQ-5: a message of an older generation is dropped before its turn.
-        if staged.generation != self._book.generation_of(sid):
+        if staged.generation != self.generation:
             await self._drop(staged, inbound, "stale_generation")
             return
-        engine = await self._load(staged.generation)
-        checkpoint = self._checkpointer(inbound.id)
+        engine = await self.load(inbound)
+        checkpoint = self.checkpointer(inbound.id)
         ext_id = external_id_of(inbound)
         if engine.answer_for_external_event(ext_id) is not None and engine.pending_external_event_id != ext_id:
-            # Answered before a crash or replayed: deliver again; JetStream dedups on Nats-Msg-Id.
+            # KS-14: this event was answered already — a redelivery or a replay.
+            if await self._answer_was_delivered(engine, ext_id, inbound):
+                await self._drop(staged, inbound, "duplicate", f"event {ext_id!r} was already answered")
+                return
+            # Answered before a crash, not yet delivered: deliver again; JetStream dedups on Nats-Msg-Id.
             await self._deliver_previous(staged, inbound, engine, ext_id)
-            self._inbox.mark(staged, DONE)
+            self._finish(staged, inbound)
             return
         if not (engine.pending_turn and engine.pending_external_event_id == ext_id):
             if engine.pending_turn:
-                # A turn left pending by a crash whose message is no longer waiting: close it first.
-                await engine.interrupt_current_turn(checkpoint=checkpoint)
+                # A turn left pending (crash, provider error, round limit) whose message is done: close it.
+                await engine.interrupt_current_turn(checkpoint=self.checkpointer(inbound.id, "interrupted"))
             metadata = {
                 "external_event_id": ext_id,
                 "inbound_id": inbound.id,
@@ -209,7 +267,7 @@ class TurnRunner:
             }
             try:
                 began = await engine.begin_user_turn(
-                    inbound.text, metadata, checkpoint=self._checkpointer(inbound.id, "message_staged")
+                    inbound.text, metadata, checkpoint=self.checkpointer(inbound.id, "message_staged")
                 )
             except CheckpointFailed:
                 raise
@@ -219,43 +277,58 @@ class TurnRunner:
             if not began:
                 await self._drop(staged, inbound, "not_staged", "empty input, a completed session or a duplicate")
                 return
-        await self._book.turn_started(sid)
-        await self._pub.emit(sid, "turn.started", {"inbound_id": inbound.id, "turn_id": engine.turn_id,
-                                                    "generation": staged.generation})
-        outcome, error = await self._run(engine, checkpoint)
+        await self.turn_started(engine, inbound_id=inbound.id)
+        outcome, error = await self.run(engine, checkpoint)
         # SM-22 / MQ-5: deleted while running → no outbound delivery.
-        if self._book.generation_of(sid) != staged.generation:
+        if self.generation != staged.generation:
             await self._drop(staged, inbound, "stale_generation")
             return
         if outcome == "replied":
             await self._deliver_outputs(staged, inbound, engine)
+        await self.turn_ended(engine, outcome, error, inbound_id=inbound.id)
+        self._finish(staged, inbound)
+
+    def _finish(self, staged: StagedMessage, inbound: InboundMessage) -> None:
+        self._inbox.mark(staged, DONE)
+        self._finished.append(inbound.id)
+
+    # -- turn steps shared with control commands ------------------------------------------
+    async def turn_started(self, engine: Session, **data: Any) -> None:
+        """SM-16 bookkeeping and the ``turn.started`` event."""
+        await self._book.turn_started(self.session_id)
+        await self._pub.emit(self.session_id, "turn.started", {
+            **data, "turn_id": engine.turn_id, "mode": engine.state.mode.kind, "generation": self._generation,
+        })
+
+    async def turn_ended(self, engine: Session, outcome: str, error: str | None, **data: Any) -> None:
+        """SM-15 usage, SM-13/14/16 bookkeeping and the ``turn.ended`` event."""
         usage = engine.last_usage
         if usage.input_tokens or usage.output_tokens:
-            await self._book.add_usage(sid, usage.input_tokens, usage.output_tokens)
-            await self._pub.emit(sid, "usage", {"input": usage.input_tokens, "output": usage.output_tokens})
-        await self._book.turn_ended(sid, outcome, error, time.time())
-        await self._pub.emit(
-            sid,
-            "turn.ended",
-            {"inbound_id": inbound.id, "turn_id": engine.turn_id, "outcome": outcome, "error": error,
-             "generation": staged.generation},
-        )
-        self._inbox.mark(staged, DONE)
+            await self._book.add_usage(self.session_id, usage.input_tokens, usage.output_tokens)
+            await self._pub.emit(self.session_id, "usage", {"input": usage.input_tokens, "output": usage.output_tokens})
+        await self._book.turn_ended(self.session_id, outcome, error, time.time())
+        await self._pub.emit(self.session_id, "turn.ended", {
+            **data, "turn_id": engine.turn_id, "outcome": outcome, "error": error, "mode": engine.state.mode.kind,
+            "status": engine.status, "generation": self._generation,
+        })
 
-    async def _run(self, engine: Session, checkpoint: Any) -> tuple[str, str | None]:
+    async def run(self, engine: Session, checkpoint: Any) -> tuple[str, str | None]:
         """Run the pending turn; map its result onto (outcome, error)."""
-        self._operation = f"{self.session_id}:{engine.turn_id}:{uuid.uuid4().hex[:8]}"
-        self._stop_reason = None
+        operation = f"{self.session_id}:{engine.turn_id}:{uuid.uuid4().hex[:8]}"
+        self._operation = operation
+        if self._stop_reason is not None:
+            engine.cancel(operation)  # requested before the run started: it starts cancelled
         try:
             async with self._slots:
-                await engine.run_pending_turn(self._operation, checkpoint)
+                await engine.run_pending_turn(operation, checkpoint)
         except Cancelled:
-            # Mid-turn interrupt or deletion: repair orphaned tool calls, user-stop notice, idle (KS-8).
-            if self._book.generation_of(self.session_id) == self._generation:
-                await engine.interrupt_current_turn(checkpoint=checkpoint)
-            return "aborted", None
+            self._operation = None
+            return await self._stopped(engine, checkpoint)
         except CheckpointFailed:
             raise
+        except TurnExhausted as exc:
+            # The turn stays pending and exhausted (KS-9): the next message closes it, or session.interrupt.
+            return "error", f"rounds_exhausted: {exc.message}"[:MAX_ERROR_CHARS]
         except TurnstileError as exc:
             return "error", f"{exc.code}: {exc.message}"[:MAX_ERROR_CHARS]
         except Exception as exc:
@@ -265,36 +338,81 @@ class TurnRunner:
             self._operation = None
         return ("replied" if engine.turn_outputs else "silent"), None
 
+    async def _stopped(self, engine: Session, checkpoint: Any) -> tuple[str, str | None]:
+        """After a cancel: repair orphaned tool calls, user-stop notice, idle (KS-8); a free-time
+        slice is finalized (``user-stop`` / ``deadline``, KS-17) and its writes committed (KS-18)."""
+        reason = self._stop_reason or "interrupt"
+        self.stops_applied += 1
+        if reason == "deleted" or self.generation != self._generation:
+            return "aborted", None
+        if engine.state.mode.kind == "free_time" and engine.state.free_time_result is None:
+            await engine.finalize_free_time("deadline" if reason == "deadline" else "user-stop", checkpoint=checkpoint)
+            await engine.commit_current_write_session(checkpoint=checkpoint)
+        else:
+            await engine.interrupt_current_turn(checkpoint=checkpoint)
+        return "aborted", None
+
+    # -- delivery ---------------------------------------------------------------------------
+    async def _answer_was_delivered(self, engine: Session, ext_id: str, inbound: InboundMessage) -> bool:
+        """True when the message that began the answering turn is another one the inbox marked done."""
+        answer = engine.answer_for_external_event(ext_id) or {}
+        first = next(
+            (i for i in engine.transcript
+             if i.get("kind") == "user_message" and i.get("turn_id") == answer.get("turn_id")),
+            None,
+        )
+        original = (first or {}).get("payload", {}).get("inbound_id")
+        if not original or original == inbound.id:
+            return False
+        if original in self._finished:
+            return True
+        return await self._inbox.status_of(inbound.platform, original) == DONE
+
     async def _deliver_outputs(self, staged: StagedMessage, inbound: InboundMessage, engine: Session) -> None:
-        for out in engine.turn_outputs:
+        await self.deliver_outputs(engine, inbound.platform, inbound.id, inbound.external_event_id, staged.generation)
+
+    async def deliver_outputs(
+        self, engine: Session, platform: str, reply_to: str, external_event_id: str | None = None,
+        generation: int | None = None,
+    ) -> int:
+        """Publish the turn's outputs (answer, reply texts, objects) in order; returns how many."""
+        gen = self._generation if generation is None else generation
+        assert gen is not None
+        outputs = engine.turn_outputs
+        for out in outputs:
             objects: list[dict[str, Any]] = []
             if out.kind == "object":
                 objects.append({"object_id": out.object_id, "file_name": out.file_name, "media_type": out.media_type})
-            await self._publish_reply(staged, inbound, str(engine.turn_id), out.seq, out.text or "", objects)
+            await self._publish_reply(platform, gen, reply_to, external_event_id, str(engine.turn_id), out.seq,
+                                      out.text or "", objects)
+        return len(outputs)
 
     async def _deliver_previous(
         self, staged: StagedMessage, inbound: InboundMessage, engine: Session, ext_id: str
     ) -> None:
         for resp in engine.responses_for_external_event(ext_id):
+            if not resp.get("terminal"):
+                continue
             objects = [{"object_id": resp["object_id"]}] if resp.get("object_id") else []
             turn_id = str(resp.get("turn_id") or engine.turn_id)
-            await self._publish_reply(staged, inbound, turn_id, int(resp["seq"]), str(resp.get("text") or ""), objects)
+            await self._publish_reply(inbound.platform, staged.generation, inbound.id, inbound.external_event_id,
+                                      turn_id, int(resp["seq"]), str(resp.get("text") or ""), objects)
 
     async def _publish_reply(
-        self, staged: StagedMessage, inbound: InboundMessage, turn_id: str, seq: int, text: str,
-        objects: list[dict[str, Any]],
+        self, platform: str, generation: int, reply_to: str, external_event_id: str | None, turn_id: str, seq: int,
+        text: str, objects: list[dict[str, Any]],
     ) -> None:
         reply = OutboundReply(
             session_id=self.session_id,
-            generation=staged.generation,
+            generation=generation,
             turn_id=turn_id,
             seq=seq,
-            reply_to=inbound.id,
-            external_event_id=inbound.external_event_id,
+            reply_to=reply_to,
+            external_event_id=external_event_id,
             text=text,
             objects=objects,
         )
-        await self._pub.outbound(inbound.platform, reply)
+        await self._pub.outbound(platform, reply)
 
     async def _drop(self, staged: StagedMessage, inbound: InboundMessage, reason: str, detail: str = "") -> None:
         data: dict[str, Any] = {"inbound_id": inbound.id, "reason": reason, "generation": staged.generation}

@@ -16,6 +16,7 @@ from core.engine import (
     Session,
     SessionOptions,
     TakeVerdict,
+    builtin_registry,
 )
 from core.errors import InvalidInput
 from core.providers.base import Provider
@@ -155,13 +156,18 @@ def build_provider(settings: Settings) -> Provider:
 
 
 class EngineSessions:
-    """Opens engine sessions over the shared journal, knowledge store, provider and leases."""
+    """Opens engine sessions over the shared journal, knowledge store, provider, tools and leases.
+
+    ``tools`` is one registry shared by every session of the process (tests may register
+    extra tools on it before the first turn).
+    """
 
     def __init__(self, settings: Settings, db: AsyncEngine) -> None:
         self._settings = settings
         self.journal = SqlHistoryJournal(db)
         self.knowledge = SqlKnowledgeStore(db)
         self.provider = build_provider(settings)
+        self.tools = builtin_registry()
         self.leases = LeaseRegistry()
         self.take_policy: Any = None
         self.runtime = RuntimeModel(
@@ -173,17 +179,26 @@ class EngineSessions:
     async def start(self) -> None:
         return None
 
-    def options_for(self, session_id: str) -> SessionOptions:
-        return SessionOptions.conversation("conversation", roots=[])
+    def options_for(self, session_id: str, chat: dict[str, Any] | None = None) -> SessionOptions:
+        """A conversation; its channel carries the chat scope, so a multi-party chat is a group (KS-15)."""
+        options = SessionOptions.conversation("conversation", roots=[])
+        if chat:
+            options = options.with_changes(channel={"chat": dict(chat)})
+        return options
 
-    async def open(self, session_id: str, restored: dict[str, Any] | None) -> Session:
+    async def open(
+        self, session_id: str, restored: dict[str, Any] | None, *, options: SessionOptions | None = None,
+        chat: dict[str, Any] | None = None,
+    ) -> Session:
+        """Open ``session_id``; ``restored`` (a snapshot) wins over ``options`` for accepted state."""
         return await Session.open(
             session_id=session_id,
             system_prompt=self._settings.system_prompt,
             runtime=self.runtime,
-            options=self.options_for(session_id),
+            options=options or self.options_for(session_id, chat),
             journal=self.journal,
             provider=self.provider,
+            tools=self.tools,
             knowledge=self.knowledge,
             restored=restored,
             take_policy=self.take_policy,

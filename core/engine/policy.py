@@ -11,7 +11,7 @@ class MidTurnPolicy(StrEnum):
     ``enqueue`` (default): keep the message for the next turn.
     ``interrupt``: cancel the running operation, ``interrupt_current_turn`` (repairs
     open tool calls), then begin the new turn.
-    ``reject``: drop it and publish ``message.dropped`` with reason ``turn_in_progress``.
+    ``reject``: drop it and publish ``message.dropped`` with reason ``busy``.
     """
 
     ENQUEUE = "enqueue"
@@ -28,7 +28,7 @@ class MidTurnAction(StrEnum):
     REJECT = "reject"
 
 
-REJECT_REASON = "turn_in_progress"
+REJECT_REASON = "busy"
 
 
 def decide_mid_turn(policy: MidTurnPolicy | str, *, turn_running: bool, turn_pending: bool) -> MidTurnAction:

@@ -84,6 +84,7 @@ class SqlInbox:
         self._wake = asyncio.Event()
         self._flusher: asyncio.Task[None] | None = None
         self._closing = False
+        self._flush_lock = asyncio.Lock()
 
     def start(self) -> None:
         if self._flusher is None:
@@ -166,7 +167,11 @@ class SqlInbox:
         self._wake.set()
 
     async def flush(self) -> None:
-        """Write the queued status marks now."""
+        """Write the queued status marks now (waits for a flush already under way)."""
+        async with self._flush_lock:
+            await self._flush_locked()
+
+    async def _flush_locked(self) -> None:
         if not self._marks:
             return
         marks, self._marks = self._marks, {}

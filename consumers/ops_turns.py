@@ -1,0 +1,280 @@
+"""Control operations of the turn area (docs/control-turns.md).
+
+Every operation that touches a session's engine state runs inside that
+session's actor as a ``Command`` (``ActorRegistry.call``), so it never overlaps
+a turn; checkpoints and events are published exactly as for an inbound turn.
+The knowledge operations read the committed store only and need no actor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from consumers.api import Operation
+from consumers.turns import TurnRunner
+from core.engine import AgentMode, Session, SessionOptions, ingress_options
+from core.errors import Conflict, InvalidInput, NotFound, TooLarge, Unavailable
+from schemas.turns_control import (
+    FreeTimeRequest,
+    GroupContextRequest,
+    IngressRequest,
+    InterruptRequest,
+    KnowledgeGetRequest,
+    KnowledgeListRequest,
+    ModeTurnRequest,
+    ObjectResolveRequest,
+    WakeupRequest,
+)
+
+if TYPE_CHECKING:
+    from consumers.actors import ActorRegistry, Reply
+    from consumers.service import TurnstileService
+
+MAX_RESOLVED_BYTES = 512 * 1024  # base64 of it must fit a default 1 MiB NATS reply
+
+Stage = Callable[[Session, Any], Awaitable[bool]]
+
+
+def operations(service: TurnstileService) -> list[Operation]:
+    """The turn-area operations, bound to the running service."""
+    ops = TurnOperations(service)
+    return [
+        Operation("session", "interrupt", InterruptRequest, ops.interrupt, "stop the session's running turn"),
+        Operation("session", "group_context", GroupContextRequest, ops.group_context,
+                  "replace a group session's channel context (KS-15)"),
+        Operation("turn", "free_time", FreeTimeRequest, ops.free_time, "open and run a free-time slice"),
+        Operation("turn", "wakeup", WakeupRequest, ops.wakeup, "open and run a wakeup session"),
+        Operation("turn", "ingress", IngressRequest, ops.ingress,
+                  "ingest a terminated conversation into the knowledge store (KS-16)"),
+        Operation("object", "resolve", ObjectResolveRequest, ops.resolve_object, "bytes and facts of an object"),
+        Operation("knowledge", "get", KnowledgeGetRequest, ops.knowledge_get, "one committed knowledge node"),
+        Operation("knowledge", "list", KnowledgeListRequest, ops.knowledge_list, "children of a node, or a search"),
+    ]
+
+
+def _mode_options(req: ModeTurnRequest, mode: AgentMode, channel: dict[str, Any], **extra: Any) -> SessionOptions:
+    changes: dict[str, Any] = {"mode": mode, "reference_root_node_ids": list(req.reference_roots),
+                               "channel": channel, **extra}
+    if req.max_rounds is not None:
+        changes["max_rounds"] = req.max_rounds
+    return SessionOptions.conversation(mode.kind, roots=list(req.roots)).with_changes(**changes)
+
+
+class TurnOperations:
+    """The implementations; each engine-touching one is a command run inside the session's actor."""
+
+    def __init__(self, service: TurnstileService) -> None:
+        self._service = service
+
+    def _actors(self) -> ActorRegistry:
+        actors = self._service.actors
+        if actors is None:
+            raise Unavailable("the service is not running")
+        return actors
+
+    def _known(self, session_id: str) -> bool:
+        manager = self._service.manager
+        return manager is not None and manager.get_session(session_id) is not None
+
+    # -- session.interrupt ------------------------------------------------------------
+    async def interrupt(self, req: InterruptRequest) -> Any:
+        sid = req.session_id
+        actors = self._actors()
+        actor = actors.get(sid)
+        runner_before = actor.runner if actor is not None else None
+        stops_before = runner_before.stops_applied if runner_before is not None else 0
+        actors.request_stop(sid, "interrupt")  # cancels a running provider call / tool dispatch now
+
+        async def command(runner: TurnRunner, reply: Reply) -> Any:
+            engine = await runner.load()
+            if engine.state.next_seq == 0 and not self._known(sid):
+                raise NotFound(f"session {sid!r} not found")
+            stopped = runner is runner_before and runner.stops_applied > stops_before
+            closed = False
+            if engine.pending_turn:
+                # A turn left pending (round limit, provider error, crash): close it the same way.
+                checkpoint = runner.checkpointer(None)
+                if engine.state.mode.kind == "free_time" and engine.state.free_time_result is None:
+                    await engine.finalize_free_time("user-stop", checkpoint=checkpoint)
+                    await engine.commit_current_write_session(checkpoint=checkpoint)
+                else:
+                    await engine.interrupt_current_turn(checkpoint=checkpoint)
+                closed = True
+            return {"session_id": sid, "interrupted": stopped or closed, "stopped_running": stopped,
+                    "closed_pending": closed, "turn_id": engine.turn_id, "status": engine.status}
+
+        return await actors.call(sid, "session.interrupt", command)
+
+    # -- session.group_context ----------------------------------------------------------
+    async def group_context(self, req: GroupContextRequest) -> Any:
+        sid = req.session_id
+
+        async def command(runner: TurnRunner, reply: Reply) -> Any:
+            engine = await runner.load()
+            if engine.state.next_seq == 0 and not self._known(sid):
+                raise NotFound(f"session {sid!r} not found")
+            if engine.completed:
+                raise Conflict(f"session {sid!r} is completed")
+            applied = await engine.refresh_group_context(
+                req.context, req.current_message_id, checkpoint=runner.checkpointer(None)
+            )
+            result: dict[str, Any] = {"session_id": sid, "applied": applied}
+            if not applied:
+                result["reason"] = "not a group session (its chat is not multi-party): nothing changed"
+            return result
+
+        return await self._actors().call(sid, "session.group_context", command)
+
+    # -- mode turns ------------------------------------------------------------------------
+    async def free_time(self, req: FreeTimeRequest) -> Any:
+        channel = {"instructions": req.instructions} if req.instructions else {}
+        options = _mode_options(req, AgentMode.free_time(), channel, free_time=dict(req.free_time))
+
+        async def stage(engine: Session, checkpoint: Any) -> bool:
+            return await engine.stage_free_time_opening(checkpoint=checkpoint)
+
+        return await self._mode_turn(req.session_id, options, stage, wait=req.wait, deadline_s=req.deadline_s)
+
+    async def wakeup(self, req: WakeupRequest) -> Any:
+        channel: dict[str, Any] = {"wakeup_marker": req.wakeup_marker}
+        if req.instructions:
+            channel["instructions"] = req.instructions
+        options = _mode_options(req, AgentMode.wakeup(), channel)
+
+        async def stage(engine: Session, checkpoint: Any) -> bool:
+            return await engine.stage_wakeup_opening(checkpoint=checkpoint)
+
+        return await self._mode_turn(req.session_id, options, stage, wait=req.wait, platform=req.platform)
+
+    async def ingress(self, req: IngressRequest) -> Any:
+        src = req.session_id
+        target = req.ingress_session_id or f"{src}:ingress"
+        if target == src:
+            raise InvalidInput("ingress_session_id must differ from the source session_id")
+
+        async def terminate(runner: TurnRunner, reply: Reply) -> Any:
+            engine = await runner.load()
+            if engine.state.next_seq == 0:
+                raise NotFound(f"session {src!r} has no history to ingest")
+            if not engine.state.mode.is_conversation:
+                raise InvalidInput(f"only a conversation can be ingested, {src!r} is {engine.state.mode.kind}")
+            if not engine.requires_history_ingress():
+                if not req.final_text:
+                    raise Conflict(f"the source of {src!r} has not terminated; pass final_text to terminate it")
+                if engine.pending_turn:
+                    raise Conflict(f"{src!r} has a pending turn; interrupt it before terminating its source")
+                await engine.append_final_user_message(req.final_text, {}, checkpoint=runner.checkpointer(None))
+            return engine.state.model_copy(deep=True)
+
+        source_state = await self._actors().call(src, "turn.ingress", terminate)
+        options = ingress_options(source_state, record_id=src, instructions=req.instructions)
+        changes: dict[str, Any] = {}
+        if req.roots is not None:
+            changes["root_node_ids"] = list(req.roots)
+        if req.reference_roots is not None:
+            changes["reference_root_node_ids"] = list(req.reference_roots)
+        if req.max_rounds is not None:
+            changes["max_rounds"] = req.max_rounds
+        if changes:
+            options = options.with_changes(**changes)
+
+        async def stage(engine: Session, checkpoint: Any) -> bool:
+            await checkpoint(engine.snapshot())  # Session.open staged the history (KS-16)
+            return bool(engine.pending_turn)
+
+        result = await self._mode_turn(target, options, stage, wait=req.wait)
+        return {"source_session_id": src, **result}
+
+    async def _mode_turn(
+        self, sid: str, options: SessionOptions, stage: Stage, *, wait: bool,
+        deadline_s: float | None = None, platform: str | None = None,
+    ) -> Any:
+        kind = options.mode.kind
+
+        async def command(runner: TurnRunner, reply: Reply) -> Any:
+            engine = await runner.load()
+            if engine.state.next_seq != 0:
+                resumable = engine.state.mode.kind == kind and engine.pending_turn and not engine.completed
+                if not resumable:
+                    raise Conflict(
+                        f"session {sid!r} already has history ({engine.state.mode.kind}, {engine.status}); "
+                        f"{kind} needs a new session id"
+                    )
+            else:
+                try:
+                    engine = await runner.open_fresh(options)
+                    staged = await stage(engine, runner.checkpointer(None, "message_staged"))
+                except Exception:
+                    runner.unload()  # nothing of this mode was journaled: forget the mode options
+                    raise
+                if not staged:
+                    runner.unload()
+                    raise Conflict(f"the {kind} opening of {sid!r} was not staged")
+            await runner.turn_started(engine, trigger=f"turn.{kind}")
+            started = {"session_id": sid, "mode": kind, "turn_id": engine.turn_id, "status": engine.status}
+            if not wait:
+                reply(started)
+            deadline = None
+            if deadline_s is not None:
+                deadline = asyncio.get_running_loop().call_later(deadline_s, runner.request_stop, "deadline")
+            try:
+                outcome, error = await runner.run(engine, runner.checkpointer(None))
+            finally:
+                if deadline is not None:
+                    deadline.cancel()
+            delivered = 0
+            if platform and outcome == "replied":
+                delivered = await runner.deliver_outputs(engine, platform, str(engine.turn_id))
+            await runner.turn_ended(engine, outcome, error, trigger=f"turn.{kind}")
+            commit = engine.state.commit
+            return {
+                **started, "outcome": outcome, "error": error, "status": engine.status,
+                "completed": engine.completed, "delivered": delivered,
+                "committed": commit.model_dump() if commit is not None else None,
+                "free_time_result": engine.state.free_time_result,
+            }
+
+        return await self._actors().call(sid, f"turn.{kind}", command)
+
+    # -- object.resolve ---------------------------------------------------------------------
+    async def resolve_object(self, req: ObjectResolveRequest) -> Any:
+        async def command(runner: TurnRunner, reply: Reply) -> Any:
+            engine = await runner.load()
+            obj = await engine.resolve_object(req.object_id)
+            if len(obj.data) > MAX_RESOLVED_BYTES:
+                raise TooLarge(f"object {req.object_id!r} is {len(obj.data)} bytes; the control API returns "
+                               f"at most {MAX_RESOLVED_BYTES}")
+            return {
+                "object_id": obj.object_id, "file_name": obj.file_name, "media_type": obj.media_type,
+                "transport_kind": obj.transport_kind, "size": len(obj.data),
+                "data_base64": base64.b64encode(obj.data).decode("ascii"),
+            }
+
+        return await self._actors().call(req.session_id, "object.resolve", command)
+
+    # -- knowledge.* ----------------------------------------------------------------------------
+    def _knowledge(self) -> Any:
+        engines = self._service.engines
+        if engines is None:
+            raise Unavailable("the service is not running")
+        return engines.knowledge
+
+    async def knowledge_get(self, req: KnowledgeGetRequest) -> Any:
+        store = self._knowledge()
+        node = await store.get_node(req.node_id)
+        if node is None:
+            raise NotFound(f"no committed knowledge node {req.node_id!r}")
+        children = await store.children(req.node_id)
+        return {**node.model_dump(), "children": [c.id for c in children]}
+
+    async def knowledge_list(self, req: KnowledgeListRequest) -> Any:
+        store = self._knowledge()
+        if req.query:
+            roots = req.roots or [req.parent_id or ""]
+            nodes = await store.search(req.query, roots, req.limit)
+        else:
+            nodes = (await store.children(req.parent_id or ""))[: req.limit]
+        return {"nodes": [n.model_dump() for n in nodes]}

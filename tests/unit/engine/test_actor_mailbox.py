@@ -1,0 +1,98 @@
+"""The session actor's mailbox: commands run inside the actor, before queued messages, one at a time."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from consumers.actors import ActorRegistry
+from core.engine.policy import MidTurnAction
+from core.errors import Conflict
+
+
+class RecordingRunner:
+    """Stands in for TurnRunner: records what the actor made it do."""
+
+    def __init__(self, gate: asyncio.Event) -> None:
+        self.gate = gate
+        self.log: list[str] = []
+        self.running = 0
+        self.max_running = 0
+
+    def notice_arrival(self, inbound: Any, *, busy: bool) -> MidTurnAction:
+        return MidTurnAction.ENQUEUE
+
+    def begin_item(self) -> None:
+        return None
+
+    def request_stop(self, reason: str) -> None:
+        self.log.append(f"stop:{reason}")
+
+    async def handle(self, staged: Any, inbound: Any) -> None:
+        self.running += 1
+        self.max_running = max(self.max_running, self.running)
+        self.log.append(f"message:{staged}")
+        await self.gate.wait()
+        self.running -= 1
+
+    async def release(self) -> None:
+        return None
+
+
+async def test_a_command_waits_for_the_running_item_then_goes_before_queued_messages() -> None:
+    gate = asyncio.Event()
+    runner = RecordingRunner(gate)
+    registry = ActorRegistry(lambda sid: runner, idle_s=5.0)  # type: ignore[arg-type,return-value]
+    inbound = type("In", (), {"platform": "cli", "id": "x"})()
+
+    class Staged:
+        session_id = "s"
+
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def __repr__(self) -> str:
+            return self.name
+
+    await registry.deliver(Staged("m1"), inbound)  # type: ignore[arg-type]
+    while runner.running == 0:  # the actor has taken m1
+        await asyncio.sleep(0)
+    await registry.deliver(Staged("m2"), inbound)  # type: ignore[arg-type]
+
+    async def command(r: Any, reply: Any) -> str:
+        r.log.append("command")
+        assert r.running == 0  # never overlaps a turn
+        return "done"
+
+    pending = asyncio.ensure_future(registry.call("s", "test", command))
+    await asyncio.sleep(0)
+    assert not pending.done()
+    gate.set()
+    assert await pending == "done"
+    await registry.join(timeout_s=5)
+    assert runner.log == ["message:m1", "command", "message:m2"]
+    assert runner.max_running == 1
+    await registry.close()
+
+
+async def test_a_command_can_reply_early_and_its_errors_reach_the_caller() -> None:
+    registry = ActorRegistry(lambda sid: RecordingRunner(asyncio.Event()), idle_s=5.0)  # type: ignore[arg-type,return-value]
+    finished = asyncio.Event()
+
+    async def early(r: Any, reply: Any) -> str:
+        reply({"status": "started"})
+        await asyncio.sleep(0)
+        finished.set()
+        return "ignored"
+
+    assert await registry.call("s", "early", early) == {"status": "started"}
+    await asyncio.wait_for(finished.wait(), 5)
+
+    async def failing(r: Any, reply: Any) -> None:
+        raise Conflict("nope")
+
+    with pytest.raises(Conflict):
+        await registry.call("s", "failing", failing)
+    await registry.close()

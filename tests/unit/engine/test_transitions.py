@@ -1,0 +1,48 @@
+"""Checkpoint transition names from the entries new since the previous checkpoint (pure)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from consumers.transitions import transition_of
+
+
+def _item(seq: int, kind: str, **payload: Any) -> dict[str, Any]:
+    return {"seq": seq, "kind": kind, "payload": payload}
+
+
+def _snap(items: list[dict[str, Any]], events: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {"transcript": items, "events": events or []}
+
+
+def test_a_model_response_with_tool_calls_is_not_an_answer() -> None:
+    base = [_item(0, "user_message", text="hi")]
+    calls = _snap([*base, _item(1, "agent_message", text="", tool_calls=[{"id": "c"}])])
+    answer = _snap([*base, _item(1, "agent_message", text="done", tool_calls=[])])
+    assert transition_of(calls, 1) == "model_response"
+    assert transition_of(answer, 1) == "answer"
+
+
+def test_a_tool_result_wins_over_what_the_tool_staged_with_it() -> None:
+    snap = _snap([_item(3, "tool_result", id="c"), _item(4, "reply", text="x")],
+                 [{"seq": 5, "type": "knowledge_staged"}])
+    assert transition_of(snap, 3) == "tool_result"
+
+
+def test_an_interrupt_is_named_after_its_event_not_its_repaired_results() -> None:
+    snap = _snap([_item(3, "tool_result", id="c", interrupted=True), _item(4, "notice", code="user_stop")],
+                 [{"seq": 5, "type": "interrupted"}])
+    assert transition_of(snap, 3) == "interrupted"
+
+
+def test_turn_end_finalize_and_commit_are_named_by_their_events() -> None:
+    assert transition_of(_snap([], [{"seq": 7, "type": "turn_ended"}]), 7) == "turn_ended"
+    both = _snap([], [{"seq": 7, "type": "finalized"}, {"seq": 8, "type": "committed"}])
+    assert transition_of(both, 8) == "committed"
+    assert transition_of(both, 7) == "committed"
+
+
+def test_old_entries_do_not_name_a_new_checkpoint() -> None:
+    snap = _snap([_item(0, "user_message"), _item(1, "box")], [{"seq": 0, "type": "turn_ended"}])
+    assert transition_of(snap, 1) == "group_context"
+    assert transition_of({"transcript": [], "events": []}) == "opened"
