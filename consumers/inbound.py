@@ -91,7 +91,7 @@ class InboundLoop:
         while not self._stopping.is_set():
             try:
                 msgs = await psub.fetch(self._settings.fetch_batch, timeout=self._settings.fetch_timeout_s)
-            except NatsTimeoutError:
+            except (NatsTimeoutError, TimeoutError):
                 # A pull subscription can go silent after a server restart (nats.py #504):
                 # if the consumer has work but we keep timing out, bind afresh.
                 if time.monotonic() - last_check > SILENT_CHECK_EVERY_S:

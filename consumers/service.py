@@ -21,6 +21,7 @@ from consumers.settings import Settings
 from consumers.streams import ensure_streams
 from consumers.turns import TurnRunner
 from consumers.wiring import EngineSessions, ManagerRecorder, ManagerTakePolicy, build_manager
+from core.store.committer import GroupCommitter
 from core.store.db import create_engine
 from core.store.inbox import SqlInbox
 from core.store.migrate import migrate
@@ -46,6 +47,7 @@ class TurnstileService:
         self.actors: ActorRegistry | None = None
         self.inbound: InboundLoop | None = None
         self.lease: OwnershipLease | None = None
+        self.committer: GroupCommitter | None = None
         self.lost = asyncio.Event()
         self._started = False
 
@@ -63,11 +65,12 @@ class TurnstileService:
         await migrate(self.db)
         await ensure_streams(self.js, s, self.subjects)
         self.publisher = Publisher(self.js, self.subjects)
-        self.inbox = SqlInbox(self.db)
+        self.committer = GroupCommitter(self.db)
+        self.inbox = SqlInbox(self.db, self.committer)
         self.inbox.start()
-        self.engines = EngineSessions(s, self.db)
+        self.engines = EngineSessions(s, self.db, self.committer)
         await self.engines.start()
-        self.manager = build_manager(s, self.db, self.publisher, self._clear_session_data)
+        self.manager = build_manager(s, self.db, self.publisher, self._clear_session_data, self.committer)
         await self.manager.start()
         self.engines.take_policy = ManagerTakePolicy(self.manager)
         turn_slots = asyncio.Semaphore(s.max_concurrent_turns)
@@ -140,6 +143,8 @@ class TurnstileService:
                 log.warning("flushing the inbox: %r", exc)
         if self.engines is not None:
             await self.engines.close()
+        if self.committer is not None:
+            await self.committer.aclose()
         if self.db is not None:
             await self.db.dispose()
         if self.lease is not None and not self.lost.is_set():

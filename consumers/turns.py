@@ -29,7 +29,7 @@ from consumers.publisher import Publisher
 from consumers.transitions import transition_of
 from core.engine import Session, SessionOptions, TurnExhausted
 from core.engine.policy import MidTurnAction, MidTurnPolicy, decide_mid_turn
-from core.errors import Cancelled, CheckpointFailed, TurnstileError
+from core.errors import Cancelled, CheckpointFailed, TurnstileError, Unavailable
 from core.store.inbox import DONE, DROPPED, SqlInbox, StagedMessage
 from schemas.wire import Checkpoint, InboundMessage, OutboundReply
 
@@ -207,18 +207,20 @@ class TurnRunner:
         async def checkpoint(snapshot: dict[str, Any]) -> None:
             assert self._generation is not None
             version = int(snapshot.get("state_version", 0))
-            cp = Checkpoint(
-                session_id=self.session_id,
-                generation=self._generation,
-                format_version=int(snapshot.get("format_version", 1)),
-                state_version=version,
-                transition=transition or transition_of(snapshot, self._version_seen),
-                inbound_id=inbound_id,
-                at=time.time(),
-                snapshot=snapshot,
-            )
+            # The wire model is schemas.wire.Checkpoint; built as a plain dict on this hot path
+            # because validating the whole snapshot again would cost more than the publish.
+            cp = {
+                "session_id": self.session_id,
+                "generation": self._generation,
+                "format_version": int(snapshot.get("format_version", 1)),
+                "state_version": version,
+                "transition": transition or transition_of(snapshot, self._version_seen),
+                "inbound_id": inbound_id,
+                "at": time.time(),
+                "snapshot": snapshot,
+            }
             self._checkpoint_seq = await self._pub.checkpoint(
-                self.session_id, orjson.dumps(cp.model_dump()), self._checkpoint_seq
+                self.session_id, orjson.dumps(cp), self._checkpoint_seq
             )
             self._version_seen = version
 
@@ -231,7 +233,7 @@ class TurnRunner:
             try:
                 await self._handle_once(staged, inbound)
                 return
-            except CheckpointFailed as exc:
+            except (CheckpointFailed, Unavailable) as exc:
                 # Another writer, or the broker is unreachable: forget what we hold and reload.
                 log.warning("session %s: %s (attempt %d)", self.session_id, exc.message, attempt + 1)
                 self.unload()
@@ -286,6 +288,9 @@ class TurnRunner:
         if outcome == "replied":
             await self._deliver_outputs(staged, inbound, engine)
         await self.turn_ended(engine, outcome, error, inbound_id=inbound.id)
+        # The replies and events were pipelined; the message is finished once the broker has them.
+        if not await self._pub.settle():
+            raise Unavailable("replies or events of the turn were not acknowledged")
         self._finish(staged, inbound)
 
     def _finish(self, staged: StagedMessage, inbound: InboundMessage) -> None:

@@ -25,6 +25,7 @@ from core.sessions.inbound import ChatScope, IncomingMessage, Sender
 from core.sessions.manager import SessionManager
 from core.sessions.platforms import AdapterInstance, OwnerIdentities, PlatformRegistry
 from core.sessions.ports import ClearSessionData, EventSink
+from core.store.committer import GroupCommitter
 from core.store.journal_repo import SqlHistoryJournal
 from core.store.knowledge_repo import SqlKnowledgeStore
 from core.store.session_repo import SqlSessionRepository
@@ -130,10 +131,14 @@ def owner_identities(settings: Settings) -> OwnerIdentities:
 
 
 def build_manager(
-    settings: Settings, db: AsyncEngine, events: EventSink, clear_session_data: ClearSessionData
+    settings: Settings,
+    db: AsyncEngine,
+    events: EventSink,
+    clear_session_data: ClearSessionData,
+    committer: GroupCommitter | None = None,
 ) -> SessionManager:
     return SessionManager(
-        SqlSessionRepository(db),
+        SqlSessionRepository(db, committer),
         events,
         registry=platform_registry(settings),
         owners=owner_identities(settings),
@@ -162,9 +167,9 @@ class EngineSessions:
     extra tools on it before the first turn).
     """
 
-    def __init__(self, settings: Settings, db: AsyncEngine) -> None:
+    def __init__(self, settings: Settings, db: AsyncEngine, committer: GroupCommitter | None = None) -> None:
         self._settings = settings
-        self.journal = SqlHistoryJournal(db)
+        self.journal = SqlHistoryJournal(db, committer=committer)
         self.knowledge = SqlKnowledgeStore(db)
         self.provider = build_provider(settings)
         self.tools = builtin_registry()

@@ -9,11 +9,13 @@ named ``turnstile``.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any
 
 import orjson
 
 ENGINE_NAME = "turnstile"
+MEMO_TRANSCRIPTS = 4096
 
 
 def _attachment_line(attachments: list[dict[str, Any]]) -> str:
@@ -28,42 +30,99 @@ def _args_text(arguments: dict[str, Any]) -> str:
     return orjson.dumps(arguments, option=orjson.OPT_SORT_KEYS).decode()
 
 
+class _Memo:
+    """Per-item projections and rendered blocks of one transcript list, reused while it only grows."""
+
+    __slots__ = ("source", "items", "messages", "blocks")
+
+    def __init__(self, source: list[dict[str, Any]]) -> None:
+        self.source = source
+        self.items: list[dict[str, Any]] = []
+        self.messages: list[list[dict[str, Any]]] = []
+        self.blocks: list[list[str]] = []
+
+    def sync(self, transcript: list[dict[str, Any]]) -> None:
+        # Transcript items are never edited in place, so item identity marks the reusable prefix.
+        items = self.items
+        limit = min(len(items), len(transcript))
+        same = 0
+        while same < limit and items[same] is transcript[same]:
+            same += 1
+        del items[same:], self.messages[same:], self.blocks[same:]
+        for item in transcript[same:]:
+            projected = _project_item(item)
+            items.append(item)
+            self.messages.append(projected)
+            self.blocks.append([_render_block(m) for m in projected])
+
+
+_memos: OrderedDict[int, _Memo] = OrderedDict()
+
+
+def _memo_for(transcript: list[dict[str, Any]]) -> _Memo:
+    key = id(transcript)
+    memo = _memos.get(key)
+    if memo is None or memo.source is not transcript:
+        memo = _memos[key] = _Memo(transcript)
+        while len(_memos) > MEMO_TRANSCRIPTS:
+            _memos.popitem(last=False)
+    else:
+        _memos.move_to_end(key)
+    memo.sync(transcript)
+    return memo
+
+
 def project_messages(transcript: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The structured projection: chat messages for every model-visible transcript item."""
+    """The structured projection: chat messages for every model-visible transcript item.
+
+    Each message is a fresh dict (callers may change it); the per-item work is memoised,
+    so projecting a growing transcript on every checkpoint costs only its new items.
+    """
+    memo = _memo_for(transcript)
+    return [dict(m) for group in memo.messages for m in group]
+
+
+def transcript_chatend_text(system_prompt: str, transcript: list[dict[str, Any]]) -> str:
+    """``chatend_text(system_prompt, project_messages(transcript))``, from memoised blocks."""
+    memo = _memo_for(transcript)
+    blocks = [b for group in memo.blocks for b in group]
+    return f"[system]\n{system_prompt}\n\n" + ("\n\n".join(blocks) + "\n" if blocks else "")
+
+
+def _project_item(item: dict[str, Any]) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = []
-    for item in transcript:
-        kind = item["kind"]
-        payload = item["payload"]
-        if kind == "user_message":
-            text = payload.get("text", "")
-            if payload.get("attachments"):
-                text = f"{text}\n{_attachment_line(payload['attachments'])}" if text else _attachment_line(payload["attachments"])
-            role = "assistant" if payload.get("agent_owned") else "user"
-            messages.append({"role": role, "content": text})
-        elif kind == "agent_message":
-            msg: dict[str, Any] = {"role": "assistant", "content": payload.get("text", "")}
-            calls = payload.get("tool_calls") or []
-            if calls:
-                msg["tool_calls"] = [
-                    {"id": c["id"], "name": c["name"], "arguments": c.get("arguments", {})}
-                    for c in calls
-                ]
-            messages.append(msg)
-        elif kind == "tool_result":
-            messages.append(
-                {"role": "tool", "tool_call_id": payload["id"], "content": payload.get("content", "")}
-            )
-        elif kind == "notice":
-            messages.append(_engine(f"[notice: {payload.get('code', 'info')}] {payload.get('text', '')}"))
-        elif kind == "summary":
-            messages.append(_engine(f"[summary of earlier conversation]\n{payload.get('text', '')}"))
-        elif kind == "box":
-            context = _args_text(payload.get("context") or {})
-            current = payload.get("current_message_id")
-            suffix = f" (current message {current})" if current else ""
-            messages.append(_engine(f"[controller update{suffix}]\n{context}"))
-        # tool_call markers, replies and objects are already visible through the
-        # assistant's tool call and its tool result.
+    kind = item["kind"]
+    payload = item["payload"]
+    if kind == "user_message":
+        text = payload.get("text", "")
+        if payload.get("attachments"):
+            text = f"{text}\n{_attachment_line(payload['attachments'])}" if text else _attachment_line(payload["attachments"])
+        role = "assistant" if payload.get("agent_owned") else "user"
+        messages.append({"role": role, "content": text})
+    elif kind == "agent_message":
+        msg: dict[str, Any] = {"role": "assistant", "content": payload.get("text", "")}
+        calls = payload.get("tool_calls") or []
+        if calls:
+            msg["tool_calls"] = [
+                {"id": c["id"], "name": c["name"], "arguments": c.get("arguments", {})}
+                for c in calls
+            ]
+        messages.append(msg)
+    elif kind == "tool_result":
+        messages.append(
+            {"role": "tool", "tool_call_id": payload["id"], "content": payload.get("content", "")}
+        )
+    elif kind == "notice":
+        messages.append(_engine(f"[notice: {payload.get('code', 'info')}] {payload.get('text', '')}"))
+    elif kind == "summary":
+        messages.append(_engine(f"[summary of earlier conversation]\n{payload.get('text', '')}"))
+    elif kind == "box":
+        context = _args_text(payload.get("context") or {})
+        current = payload.get("current_message_id")
+        suffix = f" (current message {current})" if current else ""
+        messages.append(_engine(f"[controller update{suffix}]\n{context}"))
+    # tool_call markers, replies and objects are already visible through the
+    # assistant's tool call and its tool result.
     return messages
 
 
@@ -78,15 +137,16 @@ def chatend_text(system_prompt: str, messages: list[dict[str, Any]]) -> str:
 
 def render_messages(messages: list[dict[str, Any]]) -> str:
     """Render messages (no system prompt) as exact, deterministic text."""
-    blocks: list[str] = []
-    for msg in messages:
-        role = msg["role"]
-        if role == "tool":
-            blocks.append(f"[tool {msg['tool_call_id']}]\n{msg['content']}")
-            continue
-        label = f"{role} ({msg['name']})" if msg.get("name") else role
-        lines = [f"[{label}]", msg.get("content", "")]
-        for call in msg.get("tool_calls", []):
-            lines.append(f"-> call {call['id']} {call['name']} {_args_text(call['arguments'])}")
-        blocks.append("\n".join(lines))
+    blocks = [_render_block(msg) for msg in messages]
     return "\n\n".join(blocks) + "\n" if blocks else ""
+
+
+def _render_block(msg: dict[str, Any]) -> str:
+    role = msg["role"]
+    if role == "tool":
+        return f"[tool {msg['tool_call_id']}]\n{msg['content']}"
+    label = f"{role} ({msg['name']})" if msg.get("name") else role
+    lines = [f"[{label}]", msg.get("content", "")]
+    for call in msg.get("tool_calls", []):
+        lines.append(f"-> call {call['id']} {call['name']} {_args_text(call['arguments'])}")
+    return "\n".join(lines)

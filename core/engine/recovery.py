@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from core.engine.chatend import chatend_text, project_messages, render_messages
+from core.engine.chatend import project_messages, render_messages, transcript_chatend_text
 from core.engine.journal import EntryKind
 from core.providers.base import ModelRequest, estimate_tokens
 
@@ -25,7 +25,7 @@ KEEP_FRACTION = 0.5
 
 def projected_tokens(system_prompt: str, transcript: list[dict[str, Any]]) -> int:
     """Estimated tokens of the context the model would receive."""
-    return estimate_tokens(chatend_text(system_prompt, project_messages(transcript)))
+    return estimate_tokens(transcript_chatend_text(system_prompt, transcript))
 
 
 def choose_cut(system_prompt: str, transcript: list[dict[str, Any]], window_tokens: int, protect_from: int) -> int:

@@ -79,6 +79,8 @@ class InboundRecorder:
             return
         if record is not None and not record.origin_platform and not is_unfiled(record):
             return  # WebUI, CLI and project roots have no IM origin to record
+        if message.chat is None and (record is None or is_unfiled(record)):
+            return  # nothing to file or backfill without a chat scope (SM-3); skip the writer lock
         task = self._in_flight.get(session_id)
         if task is None:
             task = asyncio.create_task(self._file_or_backfill(session_id, message))

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import Callable
+
 from core.sessions import turns
-from core.sessions.ports import StoreChange
 from core.sessions.records import SessionRecord
-from core.sessions.writer import PendingEvent, SessionWriter
+from core.sessions.writer import SessionWriter, event_payload
+
+
+log = logging.getLogger(__name__)
 
 
 class TurnLedger:
@@ -22,43 +28,50 @@ class TurnLedger:
 
     async def started(self, session_id: str) -> SessionRecord | None:
         """A turn started: count it and make the session ``active``."""
-        async with self._writer.mutation():
-            record = self._table.raw(session_id)
-            if record is None:
-                return None
+
+        def change(record: SessionRecord) -> SessionRecord:
             self._running[session_id] = self.running(session_id) + 1
-            changed = turns.turn_started(record, self._writer.now())
-            await self._write(changed, "turn_started")
-        return self._table.get(session_id)
+            return turns.turn_started(record, self._writer.now())
+
+        return await self._write_behind(session_id, change, "turn_started")
 
     async def ended(
         self, session_id: str, outcome: str | None, error: str | None, ended_at: float | None
     ) -> SessionRecord | None:
         """A turn ended: last_turn, last_reply_at, and the status when it was the last running turn."""
         checked = turns.checked_outcome(outcome)
-        async with self._writer.mutation():
-            left = max(0, self.running(session_id) - 1)
-            if left:
-                self._running[session_id] = left
-            else:
-                self._running.pop(session_id, None)
-            record = self._table.raw(session_id)
-            if record is None:
-                return None
-            at = ended_at if ended_at is not None else self._writer.now()
-            changed = turns.turn_ended(record, checked, error, at, other_turns_running=left > 0)
-            await self._write(changed, "turn_ended")
-        return self._table.get(session_id)
+        left = max(0, self.running(session_id) - 1)
+        if left:
+            self._running[session_id] = left
+        else:
+            self._running.pop(session_id, None)
+        at = ended_at if ended_at is not None else self._writer.now()
+        return await self._write_behind(
+            session_id,
+            lambda record: turns.turn_ended(record, checked, error, at, other_turns_running=left > 0),
+            "turn_ended",
+        )
 
     async def usage(self, session_id: str, input_tokens: int, output_tokens: int) -> SessionRecord | None:
         """Add model usage to an existing session (usage never creates one)."""
+        return await self._write_behind(
+            session_id, lambda record: turns.usage_added(record, input_tokens, output_tokens), "usage"
+        )
+
+    async def _write_behind(
+        self, session_id: str, change: Callable[[SessionRecord], SessionRecord], why: str
+    ) -> SessionRecord | None:
+        """Change one record under the writer lock, write it outside the lock, then emit."""
         async with self._writer.mutation():
             record = self._table.raw(session_id)
             if record is None:
                 return None
-            await self._write(turns.usage_added(record, input_tokens, output_tokens), "usage")
-        return self._table.get(session_id)
-
-    async def _write(self, changed: SessionRecord, why: str) -> None:
-        event = PendingEvent(changed.id, "session.updated", {"change": why})
-        await self._writer.apply(StoreChange(sessions=(changed,)), [event])
+            written = self._writer.apply_behind(change(record))
+        try:
+            await asyncio.shield(written)
+        except Exception as exc:
+            log.warning("session %s: %s not persisted yet (%r); the next write carries it", session_id, why, exc)
+        current = self._table.get(session_id)
+        if current is not None:
+            await self._writer.emit(session_id, "session.updated", event_payload(current, {"change": why}))
+        return current

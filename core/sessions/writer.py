@@ -57,6 +57,8 @@ class SessionWriter:
         self._lock = asyncio.Lock()
         self._outbox: list[tuple[str, SessionEventType, JsonObject]] = []
         self._deleting: dict[str, asyncio.Event] = {}
+        self._behind: dict[str, asyncio.Future[None]] = {}
+        self._newest: dict[str, SessionRecord] = {}
 
     def now(self) -> float:
         """The service clock, epoch seconds."""
@@ -81,12 +83,57 @@ class SessionWriter:
         if not self._lock.locked():
             raise RuntimeError("SessionWriter.apply outside mutation()")
         if not change.is_empty():
+            await self.settle_behind()  # writes started earlier land first
             await self._repository.apply(change)
         self.table.install(change)
         for pending in events:
             record = self.table.get(pending.session_id)
             if record is not None:
                 self._outbox.append((pending.session_id, pending.event_type, event_payload(record, pending.extra)))
+
+    def apply_behind(self, record: SessionRecord) -> asyncio.Future[None]:
+        """Install one record now and write it without holding the writer lock across the I/O.
+
+        For turn bookkeeping, which changes a single existing record: many sessions' writes
+        can then share one group transaction instead of queueing behind one lock. Writes of
+        one record keep their order (each waits for the previous one), and every structural
+        ``apply`` first waits for all of them, so a deletion can never be overtaken.
+        """
+        if not self._lock.locked():
+            raise RuntimeError("SessionWriter.apply_behind outside mutation()")
+        change = StoreChange(sessions=(record,))
+        self.table.install(change)
+        previous = self._behind.get(record.id)
+        self._newest[record.id] = record
+        task = asyncio.ensure_future(self._write_after(previous, change))
+        self._behind[record.id] = task
+
+        def _forget(done: asyncio.Future[None], key: str = record.id) -> None:
+            if self._behind.get(key) is done:
+                del self._behind[key]
+            if not done.cancelled() and done.exception() is not None:
+                log.warning("writing session %s failed: %r", key, done.exception())
+
+        task.add_done_callback(_forget)
+        return task
+
+    async def _write_after(self, previous: asyncio.Future[None] | None, change: StoreChange) -> None:
+        if previous is not None:
+            try:
+                await asyncio.shield(previous)
+            except Exception:
+                pass  # logged by its own callback; this write carries the newer full record anyway
+        record = change.sessions[0]
+        if self._newest.get(record.id) is not record:
+            return  # superseded while waiting: a newer full record of the session is being written
+        await self._repository.apply(change)
+        if self._newest.get(record.id) is record:
+            del self._newest[record.id]
+
+    async def settle_behind(self) -> None:
+        """Wait until every write started by ``apply_behind`` has landed (or failed)."""
+        while self._behind:
+            await asyncio.gather(*list(self._behind.values()), return_exceptions=True)
 
     def queue(self, session_id: str, event_type: SessionEventType, payload: JsonObject) -> None:
         """Queue an event whose payload is already built (e.g. of a record just removed)."""

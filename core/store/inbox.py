@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import (
@@ -35,7 +35,10 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
+
+from core.store.committer import GroupCommitter
 
 from core.store.db import metadata
 
@@ -78,8 +81,9 @@ class StagedMessage:
 class SqlInbox:
     """The inbox table with group-committed staging and batched status marks."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, committer: GroupCommitter | None = None) -> None:
         self._engine = engine
+        self._committer = committer
         self._marks: dict[tuple[str, str], str] = {}
         self._wake = asyncio.Event()
         self._flusher: asyncio.Task[None] | None = None
@@ -96,14 +100,16 @@ class SqlInbox:
             return []
         keys = list(dict.fromkeys(m.key for m in messages))
         now = time.time()
-        async with self._engine.begin() as conn:
-            rows = await conn.execute(
+        fresh: dict[tuple[str, str], StagedMessage] = {}
+
+        def op(conn: Connection) -> None:
+            fresh.clear()
+            rows = conn.execute(
                 select(inbox.c.platform, inbox.c.message_id).where(
                     tuple_(inbox.c.platform, inbox.c.message_id).in_(keys)
                 )
             )
             existing = {(r[0], r[1]) for r in rows}
-            fresh: dict[tuple[str, str], StagedMessage] = {}
             for m in messages:
                 if m.key not in existing and m.key not in fresh:
                     fresh[m.key] = m
@@ -121,13 +127,22 @@ class SqlInbox:
                     for m in fresh.values()
                 ]
                 insert = (postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert)(inbox)
-                await conn.execute(insert.on_conflict_do_nothing(), values)
+                conn.execute(insert.on_conflict_do_nothing(), values)
+
+        await self._write(op)
         seen: set[tuple[str, str]] = set()
         result = []
         for m in messages:
             result.append(m.key in fresh and m.key not in seen)
             seen.add(m.key)
         return result
+
+    async def _write(self, op: Callable[[Connection], object]) -> None:
+        if self._committer is not None:
+            await self._committer.run(op)
+            return
+        async with self._engine.begin() as conn:
+            await conn.run_sync(op)
 
     async def pending(self) -> list[StagedMessage]:
         """Every staged, unfinished message in staging order."""
@@ -181,9 +196,9 @@ class SqlInbox:
             .where(and_(inbox.c.platform == bindparam("p"), inbox.c.message_id == bindparam("m")))
             .values(status=bindparam("s"), finished_at=now)
         )
+        params = [{"p": k[0], "m": k[1], "s": s} for k, s in marks.items()]
         try:
-            async with self._engine.begin() as conn:
-                await conn.execute(stmt, [{"p": k[0], "m": k[1], "s": s} for k, s in marks.items()])
+            await self._write(lambda conn: conn.execute(stmt, params))
         except Exception:
             # Put them back (newer marks win); the next flush retries.
             for k, s in marks.items():

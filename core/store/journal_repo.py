@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core.engine.journal import EntryKind, JournalEntry
 from core.errors import Conflict, Unavailable
+from core.store.committer import GroupCommitter
 from core.store.journal_tables import journal_entries
 
 DEFAULT_MAX_BATCH_ENTRIES = 5000
@@ -36,8 +37,15 @@ class _Pending:
 class SqlHistoryJournal:
     """``HistoryJournal`` on SQLAlchemy async (SQLite or PostgreSQL). Call ``aclose`` at shutdown."""
 
-    def __init__(self, engine: AsyncEngine, *, max_batch_entries: int = DEFAULT_MAX_BATCH_ENTRIES) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        max_batch_entries: int = DEFAULT_MAX_BATCH_ENTRIES,
+        committer: GroupCommitter | None = None,
+    ) -> None:
         self._engine = engine
+        self._committer = committer
         self._max_batch_entries = max_batch_entries
         self._queue: asyncio.Queue[_Pending | None] | None = None
         self._writer: asyncio.Task[None] | None = None
@@ -138,8 +146,12 @@ class SqlHistoryJournal:
             for p in batch
             for e in p.entries
         ]
-        async with self._engine.begin() as conn:
-            await conn.execute(insert(journal_entries), rows)
+        if self._committer is not None:
+            # Shares the process-wide group transaction with the other writers.
+            await self._committer.run(lambda conn: conn.execute(insert(journal_entries), rows))  # sync op
+        else:
+            async with self._engine.begin() as conn:
+                await conn.execute(insert(journal_entries), rows)
         self.transactions += 1
         self.appends += len(batch)
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, cast
 
-from sqlalchemy import RowMapping, Table, delete, select
+from sqlalchemy import Connection, RowMapping, Table, delete, select
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core.errors import Unavailable
 from core.sessions.codec import (
@@ -29,6 +29,7 @@ from core.sessions.codec import (
 )
 from core.sessions.ports import StoreChange, StoredState
 from core.sessions.records import JsonObject, JsonValue, PlaceKind, PlaceRecord, SessionRecord, WorkspaceRecord
+from core.store.committer import GroupCommitter
 from core.store.session_tables import generations_table, places_table, sessions_table, workspaces_table
 
 Row = dict[str, Any]
@@ -152,12 +153,14 @@ class SqlSessionRepository:
     ``metadata.create_all`` or the Alembic migrations) nor disposes the engine.
     """
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, committer: GroupCommitter | None = None) -> None:
         self._engine = engine
+        self._committer = committer
         dialect = engine.dialect.name
         if dialect not in ("sqlite", "postgresql"):
             raise Unavailable(f"unsupported database dialect {dialect!r}: use SQLite or PostgreSQL")
         self._dialect = dialect
+        self._upserts: dict[str, Any] = {}
 
     async def load(self) -> StoredState:
         """Read every session, place, workspace and generation."""
@@ -177,24 +180,33 @@ class SqlSessionRepository:
         """Write ``change`` in one transaction: deletions first, then upserts, table by table."""
         if change.is_empty():
             return
+        if self._committer is not None:
+            await self._committer.run(lambda conn: self._apply(conn, change))
+            return
         async with self._engine.begin() as conn:
-            await self._delete(conn, sessions_table, "id", change.deleted_sessions)
-            await self._upsert(conn, sessions_table, ("id",), [session_row(r) for r in change.sessions])
-            await self._delete(conn, places_table, "key", change.deleted_places)
-            await self._upsert(conn, places_table, ("key",), [place_row(p) for p in change.places])
-            await self._delete(conn, workspaces_table, "id", change.deleted_workspaces)
-            await self._upsert(conn, workspaces_table, ("id",), [workspace_row(w) for w in change.workspaces])
-            rows = [{"session_id": sid, "generation": gen} for sid, gen in change.generations]
-            await self._upsert(conn, generations_table, ("session_id",), rows)
+            await conn.run_sync(self._apply, change)
+
+    def _apply(self, conn: Connection, change: StoreChange) -> None:
+        self._delete(conn, sessions_table, "id", change.deleted_sessions)
+        self._upsert(conn, sessions_table, ("id",), [session_row(r) for r in change.sessions])
+        self._delete(conn, places_table, "key", change.deleted_places)
+        self._upsert(conn, places_table, ("key",), [place_row(p) for p in change.places])
+        self._delete(conn, workspaces_table, "id", change.deleted_workspaces)
+        self._upsert(conn, workspaces_table, ("id",), [workspace_row(w) for w in change.workspaces])
+        rows = [{"session_id": sid, "generation": gen} for sid, gen in change.generations]
+        self._upsert(conn, generations_table, ("session_id",), rows)
 
     @staticmethod
-    async def _delete(conn: AsyncConnection, table: Table, key: str, values: Sequence[str]) -> None:
+    def _delete(conn: Connection, table: Table, key: str, values: Sequence[str]) -> None:
         if values:
-            await conn.execute(delete(table).where(table.c[key].in_(list(values))))
+            conn.execute(delete(table).where(table.c[key].in_(list(values))))
 
-    async def _upsert(self, conn: AsyncConnection, table: Table, keys: tuple[str, ...], rows: list[Row]) -> None:
+    def _upsert(self, conn: Connection, table: Table, keys: tuple[str, ...], rows: list[Row]) -> None:
         if not rows:
             return
-        stmt = postgresql.insert(table) if self._dialect == "postgresql" else sqlite.insert(table)
-        updates = {c.name: stmt.excluded[c.name] for c in table.columns if c.name not in keys}
-        await conn.execute(stmt.on_conflict_do_update(index_elements=list(keys), set_=updates), rows)
+        upsert = self._upserts.get(table.name)
+        if upsert is None:  # built once per table: building ``excluded`` is costly on the hot path
+            stmt = postgresql.insert(table) if self._dialect == "postgresql" else sqlite.insert(table)
+            updates = {c.name: stmt.excluded[c.name] for c in table.columns if c.name not in keys}
+            upsert = self._upserts[table.name] = stmt.on_conflict_do_update(index_elements=list(keys), set_=updates)
+        conn.execute(upsert, rows)

@@ -109,3 +109,16 @@ async def test_checkpoint_failure_is_checkpoint_failed(make_session: SessionFact
     session = await make_session()
     with pytest.raises(CheckpointFailed):
         await session.begin_user_turn("x", checkpoint=Recorder(fail_at=0))
+
+
+@pytest.mark.rule("KS-20")
+async def test_the_fast_snapshot_equals_the_validated_model_in_every_checkpoint(make_session: SessionFactory) -> None:
+    # KS-20: build_snapshot skips re-serialising the transcript; it must still be exactly the model's dump.
+    session = await make_session()
+    recorder = Recorder()
+    await session.begin_user_turn('/tool knowledge_search {"query": "x"}\nfind it', {}, checkpoint=recorder)
+    await session.run_pending_turn("op-fast", recorder)
+    assert len(recorder.snapshots) >= 4
+    for snap in recorder.snapshots:
+        assert snap == Snapshot.model_validate(snap).model_dump(mode="json")
+        assert orjson.loads(orjson.dumps(snap)) == snap

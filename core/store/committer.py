@@ -1,0 +1,153 @@
+"""Group commit: many small writes from many sessions share one transaction.
+
+Every write in turnstile is a short synchronous function of a connection
+(stage an inbox batch, append journal entries, upsert a session record, mark
+messages done). ``GroupCommitter.run(op)`` queues it; one writer task takes
+everything queued, runs it in a single transaction and resolves each caller
+after the commit, so a caller's write is durable when ``run`` returns, exactly
+as with its own transaction. While one transaction commits, the next batch
+gathers, so batches grow with load. If a batch fails, its operations are
+retried one by one, so one bad write cannot fail its neighbours.
+
+On SQLite the transaction runs in one dedicated thread on a synchronous
+connection (one thread hand-off per batch instead of several per statement
+through aiosqlite); elsewhere it runs on the async engine via ``run_sync``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from sqlalchemy import Connection, Engine
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from core.store.db import create_sqlite_writer_engine
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Operation = Callable[[Connection], Any]
+
+DEFAULT_MAX_BATCH_OPS = 512
+
+
+@dataclass
+class _Queued:
+    op: Operation
+    done: asyncio.Future[Any]
+
+
+def _run_all(conn: Connection, ops: list[Operation]) -> list[Any]:
+    return [op(conn) for op in ops]
+
+
+class GroupCommitter:
+    """One writer per engine; ``run(op)`` returns op's result once its transaction committed."""
+
+    def __init__(self, engine: AsyncEngine, max_batch_ops: int = DEFAULT_MAX_BATCH_OPS) -> None:
+        self._engine = engine
+        self._max_batch_ops = max_batch_ops
+        self._queue: asyncio.Queue[_Queued | None] | None = None
+        self._writer: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._sync_engine: Engine | None = None
+        self._thread: ThreadPoolExecutor | None = None
+        if engine.dialect.name == "sqlite":
+            self._sync_engine = create_sqlite_writer_engine(engine)
+            self._thread = ThreadPoolExecutor(1, thread_name_prefix="sqlite-writer")
+        self.transactions = 0
+        self.operations = 0
+
+    async def run(self, op: Callable[[Connection], T]) -> T:
+        """Run ``op`` inside the next group transaction; raises what ``op`` raised on its own."""
+        queue = self._ensure_writer()
+        done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        queue.put_nowait(_Queued(op, done))
+        # Shielded: a cancelled caller must not cancel a shared transaction; its write still lands.
+        result: T = await asyncio.shield(done)
+        return result
+
+    def _ensure_writer(self) -> asyncio.Queue[_Queued | None]:
+        loop = asyncio.get_running_loop()
+        if self._queue is None or self._writer is None or self._writer.done() or self._loop is not loop:
+            self._queue = asyncio.Queue()
+            self._loop = loop
+            self._writer = loop.create_task(self._run(self._queue), name="group-commit")
+        return self._queue
+
+    async def aclose(self) -> None:
+        """Write what is queued, stop the writer, release the writer thread and connection."""
+        if self._writer is not None and self._queue is not None:
+            if self._loop is asyncio.get_running_loop() and not self._writer.done():
+                self._queue.put_nowait(None)
+                await self._writer
+        self._writer = None
+        self._queue = None
+        if self._thread is not None:
+            if self._sync_engine is not None:
+                await asyncio.get_running_loop().run_in_executor(self._thread, self._sync_engine.dispose)
+            self._thread.shutdown(wait=True)
+            self._thread = None
+
+    async def _run(self, queue: asyncio.Queue[_Queued | None]) -> None:
+        stopping = False
+        while not stopping:
+            first = await queue.get()
+            if first is None:
+                return
+            batch = [first]
+            while not queue.empty() and len(batch) < self._max_batch_ops:
+                item = queue.get_nowait()
+                if item is None:
+                    stopping = True
+                    break
+                batch.append(item)
+            await self._commit(batch)
+
+    async def _commit(self, batch: list[_Queued]) -> None:
+        try:
+            results = await self._transaction([q.op for q in batch])
+        except Exception as exc:
+            if len(batch) == 1:
+                _settle(batch[0], exc=exc)
+                return
+            log.debug("group transaction of %d failed (%r); retrying one by one", len(batch), exc)
+            for queued in batch:
+                try:
+                    (result,) = await self._transaction([queued.op])
+                except Exception as single_exc:
+                    _settle(queued, exc=single_exc)
+                else:
+                    _settle(queued, result=result)
+            return
+        for queued, result in zip(batch, results):
+            _settle(queued, result=result)
+
+    async def _transaction(self, ops: list[Operation]) -> list[Any]:
+        if self._sync_engine is not None and self._thread is not None:
+            results = await asyncio.get_running_loop().run_in_executor(self._thread, self._sync_transaction, ops)
+        else:
+            async with self._engine.begin() as conn:
+                results = await conn.run_sync(_run_all, ops)
+        self.transactions += 1
+        self.operations += len(ops)
+        return results
+
+    def _sync_transaction(self, ops: list[Operation]) -> list[Any]:
+        assert self._sync_engine is not None
+        with self._sync_engine.begin() as conn:
+            return _run_all(conn, ops)
+
+
+def _settle(queued: _Queued, *, result: Any = None, exc: BaseException | None = None) -> None:
+    if queued.done.done():
+        return
+    if exc is not None:
+        queued.done.set_exception(exc)
+    else:
+        queued.done.set_result(result)

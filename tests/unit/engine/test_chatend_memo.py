@@ -1,0 +1,38 @@
+"""The memoised projection equals the plain one while a transcript grows, shrinks or is replaced."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from core.engine.chatend import chatend_text, project_messages, render_messages, transcript_chatend_text
+
+
+def _item(kind: str, **payload: Any) -> dict[str, Any]:
+    return {"kind": kind, "payload": payload}
+
+
+def _plain(system: str, transcript: list[dict[str, Any]]) -> str:
+    return f"[system]\n{system}\n\n" + render_messages(project_messages(list(transcript)))
+
+
+def test_memoised_chatend_matches_a_fresh_projection_through_growth_and_compaction() -> None:
+    transcript: list[dict[str, Any]] = []
+    for i in range(5):
+        transcript.append(_item("user_message", text=f"q{i}"))
+        transcript.append(_item("agent_message", text="", tool_calls=[{"id": f"c{i}", "name": "t", "arguments": {"i": i}}]))
+        transcript.append(_item("tool_result", id=f"c{i}", content=f"r{i}"))
+        transcript.append(_item("agent_message", text=f"a{i}"))
+        assert transcript_chatend_text("sys", transcript) == _plain("sys", transcript)
+        assert transcript_chatend_text("sys", transcript) == chatend_text("sys", project_messages(transcript))
+    # Compaction replaces the head in place: the memo must notice the changed items.
+    transcript[:8] = [_item("summary", text="earlier")]
+    assert transcript_chatend_text("sys", transcript) == _plain("sys", transcript)
+    del transcript[-1]
+    assert transcript_chatend_text("sys", transcript) == _plain("sys", transcript)
+
+
+def test_projected_messages_are_fresh_dicts_callers_may_change() -> None:
+    transcript = [_item("user_message", text="hi")]
+    first = project_messages(transcript)
+    first[0]["content"] = "changed"
+    assert project_messages(transcript)[0]["content"] == "hi"
