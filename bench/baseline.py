@@ -16,10 +16,13 @@ import asyncio
 import signal
 import sys
 import time
+from collections.abc import Awaitable
 
 import nats
 import orjson
 from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js import JetStreamContext
+from nats.js.errors import APIError
 
 from bench.shape import PublishShape, Spreader, payload_size
 from consumers.settings import Settings
@@ -28,6 +31,21 @@ from schemas.subjects import Subjects
 from schemas.tokens import encode_sid
 
 READY = "baseline ready"
+TOO_MANY_REQUESTS = 10167  # the server's publish back-pressure (stream ingest queue full)
+RETRY_DELAY_S = 0.005
+MAX_RETRIES = 400
+
+
+async def publish(js: JetStreamContext, subject: str, payload: bytes, headers: dict[str, str] | None = None) -> None:
+    """Publish and await the ack, retrying (bounded) while the server pushes back with 429."""
+    for attempt in range(MAX_RETRIES):
+        try:
+            await js.publish(subject, payload, headers=headers, timeout=30)
+            return
+        except APIError as exc:
+            if exc.err_code != TOO_MANY_REQUESTS or attempt == MAX_RETRIES - 1:
+                raise
+            await asyncio.sleep(RETRY_DELAY_S * (1 + attempt % 10))
 
 
 def baseline_settings(nats_url: str, prefix: str) -> Settings:
@@ -57,7 +75,15 @@ async def run(nats_url: str, prefix: str, shape: PublishShape, max_s: float) -> 
     ev_payload = b"x" * payload_size(ev.stored_bytes_per_msg, f"{prefix}.events.{sample_token}.turn.ended", 0)
     msg_id_header = len(f"NATS/1.0\r\nNats-Msg-Id: bench-00000000-0:{'0' * 32}:0\r\n\r\n")
     out_size = payload_size(out.stored_bytes_per_msg, subjects.outbound("cli", "bench-00000000-0"), msg_id_header)
+    # Drain measurements start when the bench says go, so the backlog's clock starts with the loop.
+    go = await nc.subscribe(f"{prefix}.bench.go")
+    await nc.flush()
     print(READY, flush=True)
+    go_msg = asyncio.ensure_future(go.next_msg(timeout=max_s))
+    stopped = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({go_msg, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    go_msg.cancel()
+    stopped.cancel()
 
     while not stop.is_set():
         try:
@@ -67,18 +93,24 @@ async def run(nats_url: str, prefix: str, shape: PublishShape, max_s: float) -> 
         except Exception as exc:  # a closed connection at shutdown
             if stop.is_set():
                 break
-            print(f"fetch failed: {exc!r}", file=sys.stderr, flush=True)
+            # Like the service: a pull subscription can go silent (nats.py #504); bind afresh.
+            print(f"fetch failed: {exc!r}; binding afresh", file=sys.stderr, flush=True)
             await asyncio.sleep(0.2)
+            try:
+                await psub.unsubscribe()
+                psub = await js.pull_subscribe_bind(durable=settings.consumer_name, stream=subjects.inbound_stream)
+            except Exception as bind_exc:
+                print(f"rebinding failed: {bind_exc!r}", file=sys.stderr, flush=True)
             continue
-        publishes = []
+        publishes: list[Awaitable[None]] = []
         for m in msgs:
             inbound = orjson.loads(m.data)
             sid = inbound["session_id"]
             token = encode_sid(sid)
             for _ in range(ck_spread.take()):
-                publishes.append(js.publish(f"{prefix}.checkpoint.{token}", ck_payload))
+                publishes.append(publish(js, f"{prefix}.checkpoint.{token}", ck_payload))
             for _ in range(ev_spread.take()):
-                publishes.append(js.publish(f"{prefix}.events.{token}.turn.ended", ev_payload))
+                publishes.append(publish(js, f"{prefix}.events.{token}.turn.ended", ev_payload))
             for seq in range(out_spread.take()):
                 reply = {
                     "session_id": sid,
@@ -91,7 +123,8 @@ async def run(nats_url: str, prefix: str, shape: PublishShape, max_s: float) -> 
                 body = orjson.dumps(reply)
                 body += b" " * max(0, out_size - len(body))
                 publishes.append(
-                    js.publish(
+                    publish(
+                        js,
                         f"{prefix}.outbound.{inbound['platform']}.{token}",
                         body,
                         headers={"Nats-Msg-Id": f"{sid}:{inbound['id']}:{seq}"},
@@ -99,7 +132,10 @@ async def run(nats_url: str, prefix: str, shape: PublishShape, max_s: float) -> 
                 )
         await asyncio.gather(*publishes)
         await asyncio.gather(*(m.ack() for m in msgs))
-    await nc.drain()
+    try:
+        await asyncio.wait_for(nc.close(), 5)
+    except Exception as exc:
+        print(f"closing the connection: {exc!r}", file=sys.stderr, flush=True)
 
 
 def main() -> None:

@@ -152,7 +152,7 @@ class Child:
             return ""
 
     async def wait_ready(self, marker: str, timeout_s: float) -> None:
-        ok = await wait_until(lambda: marker in self.log_text() or self.proc.poll() is not None, timeout_s, 0.05)
+        ok = await wait_until(lambda: marker in self.log_text() or self.proc.poll() is not None, timeout_s, 0.005)
         if not ok or self.proc.poll() is not None:
             tail = "\n".join(self.log_text().splitlines()[-25:])
             self.kill()

@@ -22,6 +22,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from bench.common import LatencyStats, ProcessMeter, wait_until
+from bench.shape import STORE_HEADER_OVERHEAD, STORE_RECORD_OVERHEAD
 from schemas.subjects import Subjects
 
 PLATFORM = "cli"
@@ -77,7 +78,8 @@ class ReplyTimer:
         self.sent: dict[str, float] = {}
         self.got: dict[str, float] = {}
         self.expected = 0
-        self.first: tuple[float, float, float] | None = None  # (t, worker cpu, server cpu)
+        self.start: tuple[float, float, float] | None = None  # (t, worker cpu, server cpu): window opened
+        self.first: tuple[float, float, float] | None = None  # the same at the first reply
         self.last: tuple[float, float, float] | None = None
         self.replies_total = 0
 
@@ -85,7 +87,7 @@ class ReplyTimer:
         self.sent.clear()
         self.got.clear()
         self.expected = expected
-        self.first = self.last = None
+        self.start = self.first = self.last = None
         self.replies_total = 0
 
     async def on_reply(self, msg: Msg) -> None:
@@ -105,6 +107,38 @@ class ReplyTimer:
 
     def done(self) -> bool:
         return len(self.got) >= self.expected
+
+
+class StoredBytesCounter:
+    """Counts the records published on a subject and their file-store size (a core subscription).
+
+    Used for the checkpoint stream, whose per-subject limit discards old records, so the
+    stream's kept bytes alone would describe only the newest (largest) checkpoints.
+    """
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.stored_bytes = 0
+        self._sub: Any = None
+
+    async def on_msg(self, msg: Msg) -> None:
+        size = STORE_RECORD_OVERHEAD + len(msg.subject) + len(msg.data)
+        if msg.headers:
+            size += STORE_HEADER_OVERHEAD + 12 + sum(len(k) + len(v) + 4 for k, v in msg.headers.items())
+        self.count += 1
+        self.stored_bytes += size
+
+    def snapshot(self) -> tuple[int, int]:
+        return self.count, self.stored_bytes
+
+    async def attach(self, nc: Client, subject: str) -> None:
+        self._sub = await nc.subscribe(subject, cb=self.on_msg, pending_msgs_limit=10_000_000, pending_bytes_limit=2**34)
+        await nc.flush()
+
+    async def detach(self) -> None:
+        if self._sub is not None:
+            await self._sub.unsubscribe()
+            self._sub = None
 
 
 class Driver:
@@ -150,29 +184,36 @@ class Driver:
                 self.timer.sent[msg_id] = now
             await asyncio.gather(*(self._publish(*b) for b in batch))
 
+    def open_window(self) -> None:
+        """The worker starts consuming now: drain time and CPU are counted from here."""
+        self.timer.start = (time.perf_counter(), *self.timer.meters.sample())
+
     async def measure_drain(self, sessions: int, timeout_s: float) -> PhaseResult:
-        """Wait for the preloaded backlog to be answered; capacity = replies / (last − first reply)."""
+        """Wait for the preloaded backlog to be answered; capacity = replies in the window / window.
+
+        The window opens at ``open_window()`` (worker ready / told to go) and closes at the
+        last reply; replies that came before it opened are not counted.
+        """
         await wait_until(self.timer.done, timeout_s)
         t = self.timer
         last = t.last or (time.perf_counter(), *t.meters.sample())
-        first = t.first or last
+        first = t.start or t.first or last
         window = max(last[0] - first[0], 1e-9)
-        n = len(t.got)
-        # The first reply opens the window, so n-1 replies arrived inside it.
-        rate = (n - 1) / window if n > 1 else 0.0
+        n = sum(1 for at in t.got.values() if at >= first[0])
+        rate = n / window
         lat = LatencyStats.of([t.got[k] - t.sent[k] for k in t.got])
-        per = max(n - 1, 1)
+        per = max(n, 1)
         return PhaseResult(
             kind="drain",
             sessions=sessions,
             sent=len(t.sent),
-            answered=n,
+            answered=len(t.got),
             window_s=window,
             msgs_per_s=rate,
             latency=lat,
             worker_cpu_us_per_msg=(last[1] - first[1]) / per * 1e6,
             server_cpu_us_per_msg=(last[2] - first[2]) / per * 1e6,
-            extra={"replies_total": t.replies_total},
+            extra={"replies_total": t.replies_total, "replies_in_window": n},
         )
 
     async def paced(self, plan: list[tuple[str, str]], rate_per_s: float, sessions: int, timeout_s: float) -> PhaseResult:

@@ -10,6 +10,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
 SERIES = (
     ("baseline", "plain", "baseline A (raw nats-py)", "tab:gray", "s", "--"),
@@ -35,16 +36,25 @@ def _points(rows: list[dict[str, Any]], worker: str, turn: str, *path: str) -> t
     return xs, ys
 
 
+def _short(v: float) -> str:
+    if v >= 1000:
+        return f"{v / 1000:g}k" if v % 1000 == 0 else f"{v / 1000:.1f}k"
+    if v >= 10:
+        return f"{v:.0f}"
+    return f"{v:.2g}"
+
+
 def draw(result: dict[str, Any], path: Path) -> Path:
     rows = result["load"]
     fig, (ax_t, ax_l) = plt.subplots(1, 2, figsize=(12, 4.8))
     for worker, turn, label, color, marker, style in SERIES:
-        xs, ys = _points(rows, worker, turn, "drain", "msgs_per_s")
-        if xs:
-            ax_t.plot(xs, ys, marker=marker, linestyle=style, color=color, label=label)
-        xs, ys = _points(rows, worker, turn, "paced", "latency", "p99_ms")
-        if xs:
-            ax_l.plot(xs, ys, marker=marker, linestyle=style, color=color, label=label)
+        for ax, keys in ((ax_t, ("drain", "msgs_per_s")), (ax_l, ("paced", "latency", "p99_ms"))):
+            xs, ys = _points(rows, worker, turn, *keys)
+            if not xs:
+                continue
+            ax.plot(xs, ys, marker=marker, linestyle=style, color=color, label=label)
+            for x, y in zip(xs, ys):
+                ax.annotate(_short(y), (x, y), textcoords="offset points", xytext=(6, 4), fontsize=7, color=color)
     counts = sorted({r["sessions"] for r in rows})
     rate = result["profile"]["paced_rate_per_s"]
     for ax in (ax_t, ax_l):
@@ -52,17 +62,30 @@ def draw(result: dict[str, Any], path: Path) -> Path:
         ax.set_yscale("log")
         ax.set_xticks(counts)
         ax.set_xticklabels([f"{c:,}" for c in counts])
-        ax.minorticks_off()
+        ax.xaxis.set_minor_locator(LogLocator(subs=[]))
+        ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: _short(v)))
+        ax.yaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel("sessions")
         ax.grid(True, which="major", alpha=0.3)
     ax_t.set_ylabel("messages (turns) per second")
-    ax_t.set_title("saturated throughput (drain of a preloaded backlog)")
+    ax_t.set_title("saturated throughput, drain of a backlog (higher is better)", fontsize=10)
     ax_l.set_ylabel("p99 latency, ms (publish → reply)")
-    ax_l.set_title(f"paced open-loop load, {rate:g} msg/s: p99 latency")
-    ax_t.legend(fontsize=8, loc="best")
+    ax_l.set_title(f"p99 latency at paced open-loop {rate:g} msg/s (lower is better)", fontsize=10)
+    handles, labels = ax_t.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8, frameon=False)
     fig.suptitle(f"turnstile bench — profile {result['profile']['name']}, {result['started_at']}", fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+if __name__ == "__main__":
+    import sys
+
+    import orjson
+
+    source = Path(sys.argv[1] if len(sys.argv) > 1 else "var/bench/latest.json")
+    print(draw(orjson.loads(source.read_bytes()), source.with_suffix(".png") if len(sys.argv) > 2 else source.parent / "latest.png"))

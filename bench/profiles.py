@@ -16,6 +16,7 @@ class Profile:
     name: str
     session_counts: tuple[int, ...]
     drain_messages: int  # backlog per session count (at least one message per session)
+    drain_single_session: int  # backlog when there is one session: every message lengthens one conversation
     paced_rate_per_s: float
     paced_duration_s: float
     tools_session_counts: tuple[int, ...]  # where the two-tool-call turn is measured too
@@ -26,44 +27,61 @@ class Profile:
     growth_window_tokens: int
     growth_text_chars: int
     reply_timeout_s: float  # per phase: give up waiting for missing replies after this
+    baseline_min_drain: int  # baseline A's backlog is at least this long (it drains fast)
     langgraph_concurrency: int = 16
 
-    def drain_count(self, sessions: int) -> int:
+    tools_drain_messages: int = 300  # the two-tool turn is ~3x slower; cap its backlog
+    paced_short_s: float = 2.0  # paced duration for one session and for the tools turn (they saturate early)
+
+    def drain_count(self, sessions: int, turn: str = "plain") -> int:
+        if sessions == 1:
+            return self.drain_single_session
+        if turn == "tools":
+            return max(min(self.drain_messages, self.tools_drain_messages), min(sessions, self.tools_drain_messages))
         return max(self.drain_messages, sessions)
 
-    def paced_count(self) -> int:
-        return int(self.paced_rate_per_s * self.paced_duration_s)
+    def drain_timeout_s(self, count: int) -> float:
+        """Wait for a backlog: the per-phase timeout plus 25 ms a message (bounded by the count)."""
+        return self.reply_timeout_s + count * 0.025
+
+    def paced_count(self, sessions: int = 0, turn: str = "plain") -> int:
+        seconds = self.paced_short_s if sessions == 1 or turn == "tools" else self.paced_duration_s
+        return int(self.paced_rate_per_s * min(seconds, self.paced_duration_s))
 
 
 PROFILES = {
     "quick": Profile(
         name="quick",
-        session_counts=(1, 100, 1000),
-        drain_messages=600,
-        paced_rate_per_s=200.0,
-        paced_duration_s=2.0,
-        tools_session_counts=(100,),
+        session_counts=(1, 10, 100),
+        drain_messages=120,
+        drain_single_session=60,
+        paced_rate_per_s=100.0,
+        paced_duration_s=1.0,
+        tools_session_counts=(10,),
         baseline_for_tools=False,
-        turns20_sessions=10,
-        restore_sessions=5,
-        growth_turns=30,
-        growth_window_tokens=1500,
+        turns20_sessions=5,
+        restore_sessions=3,
+        growth_turns=24,
+        growth_window_tokens=1000,
         growth_text_chars=600,
-        reply_timeout_s=30.0,
+        reply_timeout_s=10.0,
+        baseline_min_drain=1000,
     ),
     "full": Profile(
         name="full",
         session_counts=(1, 100, 10_000),
-        drain_messages=4000,
+        drain_messages=1500,
+        drain_single_session=300,
         paced_rate_per_s=200.0,
-        paced_duration_s=10.0,
-        tools_session_counts=(1, 100, 10_000),
+        paced_duration_s=5.0,
+        tools_session_counts=(100,),
         baseline_for_tools=True,
         turns20_sessions=50,
         restore_sessions=20,
-        growth_turns=80,
+        growth_turns=60,
         growth_window_tokens=2000,
         growth_text_chars=800,
-        reply_timeout_s=120.0,
+        reply_timeout_s=60.0,
+        baseline_min_drain=3000,
     ),
 }

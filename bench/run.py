@@ -63,9 +63,9 @@ def _summary(row: dict[str, Any]) -> str:
     )
 
 
-async def run_all(profile: Profile, nats_conf: Path | None, work: Path, only: set[str]) -> dict[str, Any]:
+def new_result(profile: Profile, nats_conf: Path | None) -> dict[str, Any]:
     started = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-    result: dict[str, Any] = {
+    return {
         "started_at": started,
         "profile": profile.__dict__,
         "machine": {
@@ -86,13 +86,17 @@ async def run_all(profile: Profile, nats_conf: Path | None, work: Path, only: se
             "LangGraph latency is completion minus queue time inside its own process (no network hop).",
             "Restore: first reply of a cold session after a service restart (turnstile) / first turn after reopening the DB (LangGraph).",
         ],
+        "errors": [],
     }
+
+
+async def run_all(result: dict[str, Any], profile: Profile, nats_conf: Path | None, work: Path) -> None:
+    """Run every phase, filling ``result`` as it goes (so an aborted run still reports what it has)."""
     server = NatsServer(store_dir=work / "nats", config=nats_conf)
     await server.start()
     assert server.process is not None
     nc = await nats.connect(server.url, max_reconnect_attempts=3)
-    ctx = BenchContext(nc, server.url, ProcessMeter(server.process.pid), profile, work)
-    t_start = time.monotonic()
+    ctx = BenchContext(nc, server.url, ProcessMeter(server.process.pid), profile, work, result["errors"])
     try:
         for sessions in profile.session_counts:
             _say(f"== {sessions} sessions")
@@ -120,10 +124,11 @@ async def run_all(profile: Profile, nats_conf: Path | None, work: Path, only: se
                     result["load"].append(bt)
                     _say(f"  baseline tools:  {_summary(bt)}  (shape {ds.publishes_per_msg:.2f} publishes/msg)")
                     await settle()
-            if "langgraph" not in only:
-                lg = await _timed(langgraph_load(ctx, sessions))
-                result["load"].append(lg)
-                _say(f"  langgraph:       {_summary(lg)}")
+            lg = await _timed(langgraph_load(ctx, sessions))
+            result["load"].append(lg)
+            _say(f"  langgraph:       {_summary(lg)}")
+        if len(profile.session_counts) > 1:
+            result["load"].append(await _timed(_sync_cost(ctx, result["load"], profile.session_counts[1])))
         _say("== 20 turns per session, restore")
         result["turns20"]["turnstile"] = await _timed(turnstile_turns20(ctx))
         result["turns20"]["langgraph"] = await _timed(langgraph_turns20(ctx))
@@ -132,6 +137,10 @@ async def run_all(profile: Profile, nats_conf: Path | None, work: Path, only: se
     finally:
         await nc.close()
         await server.stop()
+
+
+def finish(result: dict[str, Any], profile: Profile) -> None:
+    """Memory summary and targets, from whatever phases completed."""
     top = max(profile.session_counts)
     ts_top = report.find(result["load"], "turnstile", "plain", top) or {}
     bl_top = report.find(result["load"], "baseline", "plain", top) or {}
@@ -142,10 +151,37 @@ async def run_all(profile: Profile, nats_conf: Path | None, work: Path, only: se
         "baseline_rss_mb": (bl_top.get("rss_bytes") or 0) / 1e6 or None,
         "langgraph_rss_mb": (lg_top.get("rss_bytes") or 0) / 1e6 or None,
     }
-    result["elapsed_s"] = time.monotonic() - t_start
-    result["errors"] = ctx.errors
     result["targets"] = report.evaluate_targets(result)
-    return result
+
+
+NO_SYNC_CONF = """# The repository's nats.conf without sync_interval: always (the server's default 2-minute fsync).
+jetstream {
+  max_memory_store: 256MB
+}
+max_payload: 8MB
+"""
+
+
+async def _sync_cost(ctx: BenchContext, rows: list[dict[str, Any]], sessions: int) -> dict[str, Any]:
+    """Baseline A with the same shape on a second nats-server without ``sync_interval: always``."""
+    ts = report.find(rows, "turnstile", "plain", sessions) or {}
+    drain_shape, _ = shape_or_fallback(ts, "drain_shape")
+    paced_shape, _ = shape_or_fallback(ts, "paced_shape")
+    conf = ctx.work / "nosync.conf"
+    conf.write_text(NO_SYNC_CONF)
+    server = NatsServer(store_dir=ctx.work / "nats-nosync", config=conf)
+    await server.start()
+    assert server.process is not None
+    nc = await nats.connect(server.url, max_reconnect_attempts=3)
+    try:
+        ctx2 = BenchContext(nc, server.url, ProcessMeter(server.process.pid), ctx.profile, ctx.work, ctx.errors)
+        row = await baseline_load(ctx2, sessions, drain_shape, paced_shape, "plain")
+    finally:
+        await nc.close()
+        await server.stop()
+    row["turn"] = "plain, no fsync"
+    _say(f"  baseline A without sync_interval: always @ {sessions}: {_summary(row)}")
+    return row
 
 
 def main() -> None:
@@ -154,16 +190,19 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "var" / "bench")
     parser.add_argument("--nats-conf", type=Path, default=ROOT / "nats.conf", help="nats-server config (default: the repo's)")
     parser.add_argument("--keep-work", action="store_true", help="keep the temporary nats store, databases and logs")
-    parser.add_argument("--max-minutes", type=float, default=None, help="abort the run after this (default: 3 quick, 15 full)")
+    parser.add_argument("--max-minutes", type=float, default=None, help="abort the run after this (default: 4 quick, 15 full)")
     args = parser.parse_args()
     profile = PROFILES[args.profile]
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     work = args.out / f"work-{stamp}"
     work.mkdir(parents=True, exist_ok=True)
-    max_s = 60 * (args.max_minutes or (3 if profile.name == "quick" else 15))
+    max_s = 60 * (args.max_minutes or (4 if profile.name == "quick" else 15))
     t0 = time.monotonic()
+    result = new_result(profile, args.nats_conf)
     try:
-        result = asyncio.run(asyncio.wait_for(run_all(profile, args.nats_conf, work, set()), max_s))
+        asyncio.run(asyncio.wait_for(run_all(result, profile, args.nats_conf, work), max_s))
+    except TimeoutError:
+        result["errors"].append(f"run aborted after {max_s / 60:g} min (--max-minutes); figures below are partial")
     finally:
         if not args.keep_work:
             logs = args.out / "logs-latest"
@@ -173,6 +212,7 @@ def main() -> None:
                 shutil.copy(log, logs / log.name)
             shutil.rmtree(work, ignore_errors=True)
     result["wall_s"] = time.monotonic() - t0
+    finish(result, profile)
     path = report.write_json(result, args.out, stamp)
     png = plot.draw(result, args.out / "latest.png")
     _say("")

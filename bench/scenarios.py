@@ -15,7 +15,7 @@ from nats.js.errors import NotFoundError
 
 from bench.baseline import baseline_settings
 from bench.common import Child, LatencyStats, ProcessMeter, delete_streams, file_bytes, stream_states, wait_until
-from bench.driver import Driver, Meters, message_plan, session_ids
+from bench.driver import Driver, Meters, StoredBytesCounter, message_plan, session_ids
 from bench.profiles import Profile
 from bench.shape import PublishShape, StreamShape, measure_shape
 from bench.turnstile_load import ServiceConfig, new_prefix, start_baseline, start_service
@@ -83,26 +83,34 @@ async def turnstile_load(ctx: BenchContext, sessions: int, turn: str) -> dict[st
     text = TURN_TEXTS[turn]
     driver = Driver(ctx.nc, subjects, Meters(ctx.server_meter, ctx.server_meter))
     await driver.attach()
+    counter = StoredBytesCounter()
+    await counter.attach(ctx.nc, subjects.checkpoint_all)
     child: Child | None = None
     out: dict[str, Any] = {"worker": "turnstile", "turn": turn, "sessions": sessions}
     try:
         before = await stream_states(ctx.js, subjects)
-        await driver.preload(message_plan(sids, p.drain_count(sessions), text))
+        backlog = p.drain_count(sessions, turn)
+        await driver.preload(message_plan(sids, backlog, text))
         config = ServiceConfig(ctx.nats_url, prefix, ctx.work / f"{prefix}.db")
         child = await start_service(config, ctx.work / f"{prefix}.log")
         out["pid"] = child.pid
         driver.timer.meters = Meters(child.meter, ctx.server_meter)
-        drain = await driver.measure_drain(sessions, p.reply_timeout_s)
+        driver.open_window()
+        drain = await driver.measure_drain(sessions, p.drain_timeout_s(backlog))
         mid = await stream_states(ctx.js, subjects)
+        await ctx.nc.flush()
+        seen_mid = counter.snapshot()
         out["drain"] = drain.as_dict()
-        out["drain_shape"] = measure_shape(before, mid).as_dict()
+        out["drain_shape"] = measure_shape(before, mid, seen_mid).as_dict()
         out["rss_bytes_after_drain"] = child.meter.rss_bytes()
         paced = await driver.paced(
-            message_plan(sids, p.paced_count(), text), p.paced_rate_per_s, sessions, p.reply_timeout_s
+            message_plan(sids, p.paced_count(sessions, turn), text), p.paced_rate_per_s, sessions, p.reply_timeout_s
         )
         after = await stream_states(ctx.js, subjects)
+        await ctx.nc.flush()
+        seen = counter.snapshot()
         out["paced"] = paced.as_dict()
-        out["paced_shape"] = measure_shape(mid, after).as_dict()
+        out["paced_shape"] = measure_shape(mid, after, (seen[0] - seen_mid[0], seen[1] - seen_mid[1])).as_dict()
         out["rss_bytes"] = child.meter.rss_bytes()
     except Exception as exc:
         out.update(_phase_error(ctx, f"turnstile {turn} at {sessions} sessions", exc))
@@ -112,6 +120,7 @@ async def turnstile_load(ctx: BenchContext, sessions: int, turn: str) -> dict[st
         if child is not None:
             await child.stop()
         await driver.detach()
+        await counter.detach()
         await delete_streams(ctx.js, subjects)
     return out
 
@@ -132,12 +141,16 @@ async def baseline_load(
     max_s = p.reply_timeout_s * 3
     try:
         before = await stream_states(ctx.js, subjects)
-        await driver.preload(message_plan(sids, p.drain_count(sessions), TURN_TEXTS[label]))
+        # A longer backlog than turnstile's: the baseline drains it in a fraction of a second.
+        backlog = max(p.drain_count(sessions, label), p.baseline_min_drain)
+        await driver.preload(message_plan(sids, backlog, TURN_TEXTS[label]))
         child = await start_baseline(
             ctx.nats_url, prefix, orjson.dumps(drain_shape.as_dict()).decode(), ctx.work / f"{prefix}-drain.log", max_s
         )
         driver.timer.meters = Meters(child.meter, ctx.server_meter)
-        out["drain"] = (await driver.measure_drain(sessions, p.reply_timeout_s)).as_dict()
+        driver.open_window()
+        await ctx.nc.publish(f"{prefix}.bench.go", b"")
+        out["drain"] = (await driver.measure_drain(sessions, p.drain_timeout_s(backlog))).as_dict()
         mid = await stream_states(ctx.js, subjects)
         out["drain_shape"] = measure_shape(before, mid).as_dict()
         await child.stop()
@@ -145,8 +158,9 @@ async def baseline_load(
             ctx.nats_url, prefix, orjson.dumps(paced_shape.as_dict()).decode(), ctx.work / f"{prefix}-paced.log", max_s
         )
         driver.timer.meters = Meters(child.meter, ctx.server_meter)
+        await ctx.nc.publish(f"{prefix}.bench.go", b"")
         paced = await driver.paced(
-            message_plan(sids, p.paced_count(), TURN_TEXTS[label]), p.paced_rate_per_s, sessions, p.reply_timeout_s
+            message_plan(sids, p.paced_count(sessions, label), TURN_TEXTS[label]), p.paced_rate_per_s, sessions, p.reply_timeout_s
         )
         out["paced"] = paced.as_dict()
         out["paced_shape"] = measure_shape(mid, await stream_states(ctx.js, subjects)).as_dict()
@@ -188,7 +202,7 @@ async def langgraph_load(ctx: BenchContext, sessions: int) -> dict[str, Any]:
                 "--db", str(db),
                 "--sessions", str(sessions),
                 "--drain-messages", str(p.drain_count(sessions)),
-                "--paced-messages", str(p.paced_count()),
+                "--paced-messages", str(p.paced_count(sessions)),
                 "--rate", str(p.paced_rate_per_s),
                 "--concurrency", str(p.langgraph_concurrency),
             ],

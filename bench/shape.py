@@ -48,14 +48,24 @@ class PublishShape:
         return sum(s.per_msg for s in self.streams.values())
 
 
-def measure_shape(before: dict[str, StreamState], after: dict[str, StreamState]) -> PublishShape:
-    """The shape of the work done between two stream-state snapshots of one prefix."""
+def measure_shape(
+    before: dict[str, StreamState],
+    after: dict[str, StreamState],
+    checkpoint_seen: tuple[int, int] | None = None,
+) -> PublishShape:
+    """The shape of the work done between two stream-state snapshots of one prefix.
+
+    ``checkpoint_seen`` = (records, stored bytes) counted by a subscriber over the same
+    window; it replaces the kept-bytes mean, which the per-subject limit biases upwards.
+    """
     inbound = after["inbound"].last_seq - before["inbound"].last_seq
     streams: dict[str, StreamShape] = {}
     for key in OUTPUT_STREAMS:
         published = after[key].last_seq - before[key].last_seq
         kept = after[key].messages
         stored = after[key].bytes / kept if kept else 0.0
+        if key == "checkpoint" and checkpoint_seen and checkpoint_seen[0]:
+            stored = checkpoint_seen[1] / checkpoint_seen[0]
         streams[key] = StreamShape(per_msg=published / inbound if inbound else 0.0, stored_bytes_per_msg=stored)
     return PublishShape(inbound, streams)
 
