@@ -30,12 +30,15 @@ class Publisher:
         self._pending: set[asyncio.Future[Any]] = set()
         self.failed_publishes = 0
 
-    async def _publish_pipelined(self, subject: str, payload: bytes, headers: dict[str, str] | None = None) -> None:
+    async def _publish_pipelined(
+        self, subject: str, payload: bytes, headers: dict[str, str] | None = None
+    ) -> asyncio.Future[Any]:
         """Send now, collect the ack later (``settle``): publishes keep their order on the connection
         and a turn does not wait one broker round trip (and fsync) per event."""
         future = await self.js.publish_async(subject, payload, headers=headers)
         self._pending.add(future)
         future.add_done_callback(self._on_ack)
+        return future
 
     def _on_ack(self, future: asyncio.Future[Any]) -> None:
         self._pending.discard(future)
@@ -46,9 +49,12 @@ class Publisher:
             self.failed_publishes += 1
             log.error("a pipelined publish was not acknowledged: %r", exc)
 
-    async def settle(self) -> bool:
-        """Wait for the acks of every publish sent so far; False if any failed or timed out."""
-        pending = list(self._pending)
+    async def settle(self, futures: list[asyncio.Future[Any]] | None = None) -> bool:
+        """Wait for the acks of ``futures`` (default: every publish sent so far); False if any failed."""
+        pending = [f for f in (futures if futures is not None else self._pending) if not f.done()]
+        done_already = [f for f in (futures or []) if f.done()]
+        if any(f.cancelled() or f.exception() is not None for f in done_already):
+            return False
         if not pending:
             return True
         done, not_done = await asyncio.wait(pending, timeout=self.timeout_s)
@@ -90,15 +96,15 @@ class Publisher:
             return None
         return int(msg.seq or 0), bytes(msg.data or b"")
 
-    async def emit(self, session_id: str | None, event_type: str, data: dict[str, Any]) -> None:
+    async def emit(self, session_id: str | None, event_type: str, data: dict[str, Any]) -> asyncio.Future[Any]:
         """Publish an event (wire model ``schemas.wire.Event``) on ``<prefix>.events.<sid>.<type>``; pipelined."""
         event = {"type": event_type, "session_id": session_id, "at": time.time(), "data": data}
-        await self._publish_pipelined(self.subjects.event(session_id, event_type), orjson.dumps(event))
+        return await self._publish_pipelined(self.subjects.event(session_id, event_type), orjson.dumps(event))
 
-    async def outbound(self, platform: str, reply: OutboundReply) -> None:
+    async def outbound(self, platform: str, reply: OutboundReply) -> asyncio.Future[Any]:
         """Publish a reply with ``Nats-Msg-Id`` = ``<sid>:<turn>:<seq>`` (a resumed turn cannot duplicate it); pipelined."""
         msg_id = f"{reply.session_id}:{reply.turn_id}:{reply.seq}"
-        await self._publish_pipelined(
+        return await self._publish_pipelined(
             self.subjects.outbound(platform, reply.session_id),
             orjson.dumps(reply.model_dump()),
             headers={"Nats-Msg-Id": msg_id},

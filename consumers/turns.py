@@ -113,6 +113,8 @@ class TurnRunner:
         self.stops_applied = 0
         # Inbound ids this runner finished (delivered): the inbox writes its marks in batches.
         self._finished: deque[str] = deque(maxlen=FINISHED_REMEMBERED)
+        # Pipelined publishes (events, replies) of the current message, settled before it is marked done.
+        self._unsettled: list[asyncio.Future[Any]] = []
 
     # -- arrival policy ---------------------------------------------------------------
     def policy(self) -> str:
@@ -289,7 +291,8 @@ class TurnRunner:
             await self._deliver_outputs(staged, inbound, engine)
         await self.turn_ended(engine, outcome, error, inbound_id=inbound.id)
         # The replies and events were pipelined; the message is finished once the broker has them.
-        if not await self._pub.settle():
+        unsettled, self._unsettled = self._unsettled, []
+        if not await self._pub.settle(unsettled):
             raise Unavailable("replies or events of the turn were not acknowledged")
         self._finish(staged, inbound)
 
@@ -301,21 +304,21 @@ class TurnRunner:
     async def turn_started(self, engine: Session, **data: Any) -> None:
         """SM-16 bookkeeping and the ``turn.started`` event."""
         await self._book.turn_started(self.session_id)
-        await self._pub.emit(self.session_id, "turn.started", {
+        self._unsettled.append(await self._pub.emit(self.session_id, "turn.started", {
             **data, "turn_id": engine.turn_id, "mode": engine.state.mode.kind, "generation": self._generation,
-        })
+        }))
 
     async def turn_ended(self, engine: Session, outcome: str, error: str | None, **data: Any) -> None:
         """SM-15 usage, SM-13/14/16 bookkeeping and the ``turn.ended`` event."""
         usage = engine.last_usage
         if usage.input_tokens or usage.output_tokens:
             await self._book.add_usage(self.session_id, usage.input_tokens, usage.output_tokens)
-            await self._pub.emit(self.session_id, "usage", {"input": usage.input_tokens, "output": usage.output_tokens})
+            self._unsettled.append(await self._pub.emit(self.session_id, "usage", {"input": usage.input_tokens, "output": usage.output_tokens}))
         await self._book.turn_ended(self.session_id, outcome, error, time.time())
-        await self._pub.emit(self.session_id, "turn.ended", {
+        self._unsettled.append(await self._pub.emit(self.session_id, "turn.ended", {
             **data, "turn_id": engine.turn_id, "outcome": outcome, "error": error, "mode": engine.state.mode.kind,
             "status": engine.status, "generation": self._generation,
-        })
+        }))
 
     async def run(self, engine: Session, checkpoint: Any) -> tuple[str, str | None]:
         """Run the pending turn; map its result onto (outcome, error)."""
@@ -417,11 +420,11 @@ class TurnRunner:
             text=text,
             objects=objects,
         )
-        await self._pub.outbound(platform, reply)
+        self._unsettled.append(await self._pub.outbound(platform, reply))
 
     async def _drop(self, staged: StagedMessage, inbound: InboundMessage, reason: str, detail: str = "") -> None:
         data: dict[str, Any] = {"inbound_id": inbound.id, "reason": reason, "generation": staged.generation}
         if detail:
             data["detail"] = detail
-        await self._pub.emit(self.session_id, "message.dropped", data)
+        self._unsettled.append(await self._pub.emit(self.session_id, "message.dropped", data))
         self._inbox.mark(staged, DROPPED)
