@@ -199,6 +199,7 @@ class ActorRegistry:
                 if not actors:
                     return
                 await asyncio.gather(*(a.mailbox.join() for a in actors))
+                await asyncio.gather(*(a.runner.wait_finished() for a in actors))
                 if all(a.mailbox.empty() and not a.busy for a in self._actors.values()):
                     return
 

@@ -52,7 +52,9 @@ class Settings(BaseSettings):
     events_max_age_s: float = Field(30 * 24 * 3600, gt=0, description="events stream max age")
     outbound_max_age_s: float = Field(7 * 24 * 3600, gt=0, description="outbound stream max age")
     duplicate_window_s: float = Field(120.0, gt=0, description="JetStream duplicate window (inbound, outbound)")
-    checkpoints_per_session: int = Field(64, gt=0, description="checkpoints kept per session subject")
+    checkpoints_per_session: int = Field(
+        8, gt=0, description="checkpoints kept per session subject (the last restores; the journal keeps all)"
+    )
     stream_replicas: int = Field(1, gt=0, description="stream replicas (cluster deployments)")
 
     # identities / platforms

@@ -115,6 +115,8 @@ class TurnRunner:
         self._finished: deque[str] = deque(maxlen=FINISHED_REMEMBERED)
         # Pipelined publishes (events, replies) of the current message, settled before it is marked done.
         self._unsettled: list[asyncio.Future[Any]] = []
+        self._behind: list[asyncio.Future[Any]] = []
+        self._finishers: set[asyncio.Task[None]] = set()
 
     # -- arrival policy ---------------------------------------------------------------
     def policy(self) -> str:
@@ -162,6 +164,7 @@ class TurnRunner:
         self.request_stop("deleted")
 
     async def release(self) -> None:
+        await self.wait_finished()
         if self._engine is not None:
             await self._engine.release_managed_sources()
 
@@ -256,8 +259,9 @@ class TurnRunner:
                 await self._drop(staged, inbound, "duplicate", f"event {ext_id!r} was already answered")
                 return
             # Answered before a crash, not yet delivered: deliver again; JetStream dedups on Nats-Msg-Id.
-            await self._deliver_previous(staged, inbound, engine, ext_id)
-            self._finish(staged, inbound)
+            sent: list[asyncio.Future[Any]] = []
+            await self._deliver_previous(staged, inbound, engine, ext_id, sent)
+            self._spawn_finisher(staged, inbound, engine, sent, [])
             return
         if not (engine.pending_turn and engine.pending_external_event_id == ext_id):
             if engine.pending_turn:
@@ -290,11 +294,51 @@ class TurnRunner:
         if outcome == "replied":
             await self._deliver_outputs(staged, inbound, engine)
         await self.turn_ended(engine, outcome, error, inbound_id=inbound.id)
-        # The replies and events were pipelined; the message is finished once the broker has them.
+        # The replies and events were pipelined and the bookkeeping writes run behind: the
+        # message is finished (inbox mark) once all of them landed, while the actor goes on.
         unsettled, self._unsettled = self._unsettled, []
-        if not await self._pub.settle(unsettled):
-            raise Unavailable("replies or events of the turn were not acknowledged")
-        self._finish(staged, inbound)
+        behind, self._behind = self._behind, []
+        self._spawn_finisher(staged, inbound, engine, unsettled, behind)
+
+    def _spawn_finisher(
+        self,
+        staged: StagedMessage,
+        inbound: InboundMessage,
+        engine: Session,
+        unsettled: list[asyncio.Future[Any]],
+        behind: list[asyncio.Future[Any]],
+    ) -> None:
+        ext_id = external_id_of(inbound)
+        task = asyncio.create_task(self._finish_when_settled(staged, inbound, engine, ext_id, unsettled, behind))
+        self._finishers.add(task)
+        task.add_done_callback(self._finishers.discard)
+
+    async def _finish_when_settled(
+        self,
+        staged: StagedMessage,
+        inbound: InboundMessage,
+        engine: Session,
+        ext_id: str,
+        unsettled: list[asyncio.Future[Any]],
+        behind: list[asyncio.Future[Any]],
+    ) -> None:
+        await asyncio.gather(*behind, return_exceptions=True)
+        for attempt in range(RETRY_ATTEMPTS):
+            if await self._pub.settle(unsettled):
+                self._finish(staged, inbound)
+                return
+            log.warning("session %s: replies or events of %s not acknowledged (attempt %d); republishing",
+                        self.session_id, inbound.id, attempt + 1)
+            await asyncio.sleep(RETRY_BASE_DELAY_S * 2**attempt)
+            # Same Nats-Msg-Id as before: JetStream drops whatever did arrive.
+            unsettled = []
+            await self._deliver_previous(staged, inbound, engine, ext_id, unsettled)
+        log.error("session %s: %s stays staged; it is answered again after a restart", self.session_id, inbound.id)
+
+    async def wait_finished(self) -> None:
+        """Wait until every finished turn's publishes and writes have landed (tests, shutdown)."""
+        while self._finishers:
+            await asyncio.gather(*list(self._finishers), return_exceptions=True)
 
     def _finish(self, staged: StagedMessage, inbound: InboundMessage) -> None:
         self._inbox.mark(staged, DONE)
@@ -302,8 +346,8 @@ class TurnRunner:
 
     # -- turn steps shared with control commands ------------------------------------------
     async def turn_started(self, engine: Session, **data: Any) -> None:
-        """SM-16 bookkeeping and the ``turn.started`` event."""
-        await self._book.turn_started(self.session_id)
+        """SM-16 bookkeeping (written behind; the manager's lock keeps the order) and ``turn.started``."""
+        self._behind.append(asyncio.ensure_future(self._book.turn_started(self.session_id)))
         self._unsettled.append(await self._pub.emit(self.session_id, "turn.started", {
             **data, "turn_id": engine.turn_id, "mode": engine.state.mode.kind, "generation": self._generation,
         }))
@@ -312,9 +356,13 @@ class TurnRunner:
         """SM-15 usage, SM-13/14/16 bookkeeping and the ``turn.ended`` event."""
         usage = engine.last_usage
         if usage.input_tokens or usage.output_tokens:
-            await self._book.add_usage(self.session_id, usage.input_tokens, usage.output_tokens)
+            self._behind.append(
+                asyncio.ensure_future(self._book.add_usage(self.session_id, usage.input_tokens, usage.output_tokens))
+            )
             self._unsettled.append(await self._pub.emit(self.session_id, "usage", {"input": usage.input_tokens, "output": usage.output_tokens}))
-        await self._book.turn_ended(self.session_id, outcome, error, time.time())
+        self._behind.append(
+            asyncio.ensure_future(self._book.turn_ended(self.session_id, outcome, error, time.time()))
+        )
         self._unsettled.append(await self._pub.emit(self.session_id, "turn.ended", {
             **data, "turn_id": engine.turn_id, "outcome": outcome, "error": error, "mode": engine.state.mode.kind,
             "status": engine.status, "generation": self._generation,
@@ -396,7 +444,8 @@ class TurnRunner:
         return len(outputs)
 
     async def _deliver_previous(
-        self, staged: StagedMessage, inbound: InboundMessage, engine: Session, ext_id: str
+        self, staged: StagedMessage, inbound: InboundMessage, engine: Session, ext_id: str,
+        sink: list[asyncio.Future[Any]] | None = None,
     ) -> None:
         for resp in engine.responses_for_external_event(ext_id):
             if not resp.get("terminal"):
@@ -404,11 +453,11 @@ class TurnRunner:
             objects = [{"object_id": resp["object_id"]}] if resp.get("object_id") else []
             turn_id = str(resp.get("turn_id") or engine.turn_id)
             await self._publish_reply(inbound.platform, staged.generation, inbound.id, inbound.external_event_id,
-                                      turn_id, int(resp["seq"]), str(resp.get("text") or ""), objects)
+                                      turn_id, int(resp["seq"]), str(resp.get("text") or ""), objects, sink)
 
     async def _publish_reply(
         self, platform: str, generation: int, reply_to: str, external_event_id: str | None, turn_id: str, seq: int,
-        text: str, objects: list[dict[str, Any]],
+        text: str, objects: list[dict[str, Any]], sink: list[asyncio.Future[Any]] | None = None,
     ) -> None:
         reply = OutboundReply(
             session_id=self.session_id,
@@ -420,7 +469,7 @@ class TurnRunner:
             text=text,
             objects=objects,
         )
-        self._unsettled.append(await self._pub.outbound(platform, reply))
+        (self._unsettled if sink is None else sink).append(await self._pub.outbound(platform, reply))
 
     async def _drop(self, staged: StagedMessage, inbound: InboundMessage, reason: str, detail: str = "") -> None:
         data: dict[str, Any] = {"inbound_id": inbound.id, "reason": reason, "generation": staged.generation}

@@ -130,6 +130,24 @@ def owner_identities(settings: Settings) -> OwnerIdentities:
     return OwnerIdentities(pairs)
 
 
+class ManagerEvents:
+    """The session manager's event sink: session events are in the stream when ``emit`` returns
+    (SM-32: ``session.deleted`` lands before the data clear), except the per-turn bookkeeping
+    updates, which stay pipelined on the hot path (their order on the connection is kept)."""
+
+    PIPELINED_CHANGES = frozenset({"turn_started", "turn_ended", "usage"})
+
+    def __init__(self, publisher: Any) -> None:
+        self._publisher = publisher
+
+    async def emit(self, session_id: str, event_type: str, payload: Any) -> None:
+        sent = await self._publisher.emit(session_id, event_type, payload)
+        if event_type == "session.updated" and payload.get("change") in self.PIPELINED_CHANGES:
+            return
+        if not await self._publisher.settle([sent]):
+            log.warning("event %s of %s not acknowledged by the broker", event_type, session_id)
+
+
 def build_manager(
     settings: Settings,
     db: AsyncEngine,
@@ -139,7 +157,7 @@ def build_manager(
 ) -> SessionManager:
     return SessionManager(
         SqlSessionRepository(db, committer),
-        events,
+        ManagerEvents(events),
         registry=platform_registry(settings),
         owners=owner_identities(settings),
         clear_session_data=clear_session_data,

@@ -11,10 +11,13 @@ from core.providers.base import Usage
 
 TurnPhase = Literal["idle", "awaiting_model", "tools", "answered"]
 
+# Caps on the side lists every snapshot carries: they keep checkpoints bounded as a
+# conversation grows (the journal keeps everything). External responses carry reply
+# texts, so they are the costliest: 16 recent events cover redelivery and replay.
 MAX_EVENTS = 64
 MAX_BOXES = 16
-MAX_EXTERNAL_EVENTS = 128
-MAX_INBOUND_IDS = 256
+MAX_EXTERNAL_EVENTS = 16
+MAX_INBOUND_IDS = 64
 
 
 class OpenCall(BaseModel):

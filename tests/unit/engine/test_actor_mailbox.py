@@ -27,6 +27,9 @@ class RecordingRunner:
     def begin_item(self) -> None:
         return None
 
+    async def wait_finished(self) -> None:
+        return None
+
     def request_stop(self, reason: str) -> None:
         self.log.append(f"stop:{reason}")
 
