@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from consumers.api import Operation
+from consumers.ops_turns import operations as turn_operations
 from core.errors import InvalidInput, NotFound
 from core.sessions import rules
 from core.sessions.codec import place_to_json, record_to_json, workspace_to_json
@@ -377,24 +378,9 @@ def control_operations(service: TurnstileService) -> list[Operation]:
     own = [*session_operations(service), *other_operations(service)]
     names = {(op.resource, op.verb) for op in own}
     extra = []
-    for op in _area_operations(service):
+    for op in turn_operations(service):
         if (op.resource, op.verb) in names:
-            log.warning("control operation %s.%s is defined twice; keeping the session area's", op.resource, op.verb)
-            continue
+            raise RuntimeError(f"control operation {op.resource}.{op.verb} is defined twice")
         names.add((op.resource, op.verb))
         extra.append(op)
     return [*own, *extra]
-
-
-def _area_operations(service: TurnstileService) -> list[Operation]:
-    """Operations contributed by the other area modules (turns/knowledge: ``consumers.ops_turns``)."""
-    ops: list[Operation] = []
-    for module_name in ("consumers.ops_turns",):
-        try:
-            module = __import__(module_name, fromlist=["operations"])
-        except ModuleNotFoundError as exc:
-            if exc.name != module_name:
-                raise
-            continue
-        ops.extend(module.operations(service))
-    return ops
