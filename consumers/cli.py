@@ -80,7 +80,9 @@ async def serve(service: object, stop: asyncio.Event) -> int:
     await asyncio.wait({lost, stopping}, return_when=asyncio.FIRST_COMPLETED)
     for t in (lost, stopping):
         t.cancel()
+    log.info("stopping")
     await service.stop()
+    log.info("stopped")
     return 3 if service.lost.is_set() else 0
 
 

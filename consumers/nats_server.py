@@ -71,8 +71,10 @@ class NatsServer:
         if self.config is not None:
             args += ["-c", str(self.config)]
         args += self.extra_args
+        # Own session: a Ctrl-C in the terminal reaches our process, which then stops the
+        # service before the server, instead of killing the server under a running service.
         self.process = await asyncio.create_subprocess_exec(
-            *args, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
+            *args, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE, start_new_session=True
         )
         ready = asyncio.get_running_loop().create_future()
         self._pump = asyncio.create_task(self._read_stderr(ready))
