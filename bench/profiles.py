@@ -17,7 +17,7 @@ class Profile:
     session_counts: tuple[int, ...]
     drain_messages: int  # backlog per session count (at least one message per session)
     drain_single_session: int  # backlog when there is one session: every message lengthens one conversation
-    paced_rate_per_s: float
+    paced_rate_per_s: float  # below every worker's capacity, so paced latency is latency, not queueing
     paced_duration_s: float
     tools_session_counts: tuple[int, ...]  # where the two-tool-call turn is measured too
     baseline_for_tools: bool  # also run baseline A with the tools turn's publish shape
@@ -55,8 +55,8 @@ PROFILES = {
         session_counts=(1, 10, 100),
         drain_messages=120,
         drain_single_session=60,
-        paced_rate_per_s=100.0,
-        paced_duration_s=1.0,
+        paced_rate_per_s=50.0,
+        paced_duration_s=2.0,
         tools_session_counts=(10,),
         baseline_for_tools=False,
         turns20_sessions=5,
@@ -72,8 +72,8 @@ PROFILES = {
         session_counts=(1, 100, 10_000),
         drain_messages=1500,
         drain_single_session=300,
-        paced_rate_per_s=200.0,
-        paced_duration_s=5.0,
+        paced_rate_per_s=50.0,
+        paced_duration_s=10.0,
         tools_session_counts=(100,),
         baseline_for_tools=True,
         turns20_sessions=50,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
@@ -10,7 +12,9 @@ from core.sessions import rules
 from core.sessions.fields import SessionCreation, SessionFields, session_fields_from
 from core.sessions.ports import StoreChange
 from core.sessions.records import DEFAULT_WORKSPACE_ID, SessionRecord, WorkBinding
-from core.sessions.writer import PendingEvent, SessionWriter
+from core.sessions.writer import PendingEvent, SessionWriter, event_payload
+
+log = logging.getLogger(__name__)
 
 
 class SessionCreator:
@@ -32,6 +36,7 @@ class SessionCreator:
             raise InvalidInput("the creation argument is for root sessions only; a child takes its root's")
         session_id = given.id or self._new_id()
         self._refuse_while_deleting(session_id, given.parent_id)
+        written: asyncio.Future[None] | None = None
         async with self._writer.mutation():
             if session_id in self._table:
                 raise Conflict(f"session {session_id!r} already exists")
@@ -41,8 +46,10 @@ class SessionCreator:
                     raise NotFound(f"parent session {given.parent_id!r} does not exist")
                 await self._add_child(session_id, parent, given, ())
             else:
-                await self._add_root(session_id, given, creation)
-        return self._current(session_id)
+                # A new root touches no other record: install it now and write it outside the
+                # writer lock, so filing many new sessions at once shares group transactions.
+                written = self._writer.apply_behind(self._new_root(session_id, given, creation))
+        return await self._created(session_id, written)
 
     async def create_child_session(
         self, parent_id: str, fields: SessionFields | Mapping[str, object] | None = None
@@ -74,6 +81,7 @@ class SessionCreator:
         if given.parent_id is not None and creation is not None:
             raise InvalidInput("the creation argument is for root sessions only; a child takes its root's")
         await self._writer.wait_for_deletion(session_id)
+        written: asyncio.Future[None] | None = None
         async with self._writer.mutation():
             existing = self._table.raw(session_id)
             if existing is not None:
@@ -88,7 +96,19 @@ class SessionCreator:
                     raise NotFound(f"parent session {given.parent_id!r} does not exist")
                 await self._add_child(session_id, parent, given, ())
             else:
-                await self._add_root(session_id, given, creation)
+                # A new root touches no other record: install it now and write it outside the
+                # writer lock, so filing many new sessions at once shares group transactions.
+                written = self._writer.apply_behind(self._new_root(session_id, given, creation))
+        return await self._created(session_id, written)
+
+    async def _created(self, session_id: str, written: asyncio.Future[None] | None) -> SessionRecord:
+        """After a new root was installed by ``apply_behind``: await its write, then emit session.created."""
+        if written is not None:
+            try:
+                await asyncio.shield(written)
+            except Exception as exc:
+                log.warning("session %s filed but not persisted yet (%r); its next write carries it", session_id, exc)
+            await self._writer.emit(session_id, "session.created", event_payload(self._current(session_id)))
         return self._current(session_id)
 
     def _refuse_while_deleting(self, session_id: str, parent_id: str | None) -> None:
@@ -119,7 +139,7 @@ class SessionCreator:
             raise InvalidInput(f"a session in project workspace {workspace_id!r} needs work.root")
         return workspace_id, creation.work
 
-    async def _add_root(self, session_id: str, given: SessionFields, creation: SessionCreation | None) -> None:
+    def _new_root(self, session_id: str, given: SessionFields, creation: SessionCreation | None) -> SessionRecord:
         workspace, work = self._checked_binding(creation)
         now = self._writer.now()
         record = SessionRecord(
@@ -136,7 +156,7 @@ class SessionCreator:
             workspace=workspace,
             work=work,
         )
-        await self._writer.apply(StoreChange(sessions=(record,)), [PendingEvent(session_id, "session.created")])
+        return record
 
     async def _add_child(
         self, session_id: str, parent: SessionRecord, given: SessionFields, filed: tuple[SessionRecord, ...]

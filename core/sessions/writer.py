@@ -83,7 +83,9 @@ class SessionWriter:
         if not self._lock.locked():
             raise RuntimeError("SessionWriter.apply outside mutation()")
         if not change.is_empty():
-            await self.settle_behind()  # writes started earlier land first
+            # Bookkeeping writes of these records, started earlier, land first (a deletion is never
+            # overtaken by an older update); writes of unrelated records need not wait.
+            await self.settle_behind({r.id for r in change.sessions} | set(change.deleted_sessions))
             await self._repository.apply(change)
         self.table.install(change)
         for pending in events:
@@ -130,10 +132,13 @@ class SessionWriter:
         if self._newest.get(record.id) is record:
             del self._newest[record.id]
 
-    async def settle_behind(self) -> None:
-        """Wait until every write started by ``apply_behind`` has landed (or failed)."""
-        while self._behind:
-            await asyncio.gather(*list(self._behind.values()), return_exceptions=True)
+    async def settle_behind(self, session_ids: set[str] | None = None) -> None:
+        """Wait until the writes started by ``apply_behind`` (of ``session_ids``, default all) landed."""
+        while True:
+            pending = [t for sid, t in self._behind.items() if session_ids is None or sid in session_ids]
+            if not pending:
+                return
+            await asyncio.gather(*pending, return_exceptions=True)
 
     def queue(self, session_id: str, event_type: SessionEventType, payload: JsonObject) -> None:
         """Queue an event whose payload is already built (e.g. of a record just removed)."""

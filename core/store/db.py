@@ -44,9 +44,9 @@ def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
     """Create the async engine; for SQLite set WAL, busy timeout and immediate transactions."""
     url = normalise_url(url)
     if is_sqlite(url):
-        # One connection: SQLite has one writer at a time anyway, and queueing transactions in
-        # asyncio is far cheaper than SQLite's sleeping busy handler under contention.
-        kwargs.setdefault("pool_size", 1)
+        # The hot writes go through the GroupCommitter's own writer connection; this pool
+        # serves reads (WAL: they never wait for the writer) and the rare other writes.
+        kwargs.setdefault("pool_size", 4)
         kwargs.setdefault("max_overflow", 0)
         kwargs.setdefault("pool_timeout", 60)
         engine = create_async_engine(url, **kwargs)
