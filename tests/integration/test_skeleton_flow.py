@@ -10,6 +10,7 @@ import pytest
 from nats.aio.client import Client
 
 from consumers.service import TurnstileService
+from consumers.settings import Settings
 from schemas.subjects import Subjects
 from tests.integration.harness import Collector, api, inbound, publish_inbound, wait_for
 
@@ -153,3 +154,35 @@ async def test_delete_drops_the_queued_message_and_a_later_one_starts_a_new_sess
     assert types.index("session.deleted") < len(types) - 1 - types[::-1].index("session.created")
     got = await api(nc, subjects, "session", "get", {"session_id": sid})
     assert got["ok"] and got["result"]["created_at"] > 0
+
+
+@pytest.mark.rule("MQ-2", "MQ-3")
+async def test_an_idle_actor_is_evicted_and_its_session_restored_from_the_last_checkpoint(
+    settings: Settings, nc: Client, subjects: Subjects
+) -> None:
+    # MQ-2: idle workers are evicted and restored from their last checkpoint on demand.
+    service = TurnstileService(settings.model_copy(update={"actor_idle_s": 0.2}))
+    await service.start()
+    try:
+        sid = f"idle-{uuid.uuid4().hex[:6]}"
+        replies = await Collector().attach(nc, subjects.outbound("cli", sid))
+        checkpoints = await Collector().attach(nc, subjects.checkpoint(sid))
+        await publish_inbound(nc, subjects, inbound(sid, "first words"))
+        await wait_for(lambda: replies.messages, what="the first reply")
+        assert service.actors is not None
+        actors = service.actors
+        await wait_for(lambda: actors.get(sid) is None, what="the idle actor to be evicted")
+        seen = len(checkpoints.messages)
+        # Drop the journal: only the checkpoint on JetStream can bring "first words" back.
+        assert service.engines is not None
+        await service.engines.journal.clear(sid)
+        await publish_inbound(nc, subjects, inbound(sid, "second words"))
+        await wait_for(lambda: len(replies.messages) >= 2, what="the reply after eviction")
+        await wait_for(lambda: len(checkpoints.messages) > seen and checkpoints.json()[-1]["transition"] == "turn_ended",
+                       what="the last checkpoint")
+        last = checkpoints.json()[-1]["snapshot"]
+        # The restored session continued the same conversation instead of starting afresh.
+        assert "first words" in last["chatend_text"] and "second words" in last["chatend_text"]
+        assert [r["text"] for r in replies.json()] == ["echo: first words", "echo: second words"]
+    finally:
+        await service.stop()
