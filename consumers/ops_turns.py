@@ -22,6 +22,7 @@ from schemas.turns_control import (
     GroupContextRequest,
     IngressRequest,
     InterruptRequest,
+    RetryRequest,
     KnowledgeGetRequest,
     KnowledgeListRequest,
     ModeTurnRequest,
@@ -45,6 +46,7 @@ def operations(service: TurnstileService) -> list[Operation]:
         Operation("session", "interrupt", InterruptRequest, ops.interrupt, "stop the session's running turn"),
         Operation("session", "group_context", GroupContextRequest, ops.group_context,
                   "replace a group session's channel context (KS-15)"),
+        Operation("turn", "retry", RetryRequest, ops.retry, "reset an exhausted turn's rounds and run it again"),
         Operation("turn", "free_time", FreeTimeRequest, ops.free_time, "open and run a free-time slice"),
         Operation("turn", "wakeup", WakeupRequest, ops.wakeup, "open and run a wakeup session"),
         Operation("turn", "ingress", IngressRequest, ops.ingress,
@@ -107,6 +109,31 @@ class TurnOperations:
                     "closed_pending": closed, "turn_id": engine.turn_id, "status": engine.status}
 
         return await actors.call(sid, "session.interrupt", command)
+
+    # -- turn.retry ------------------------------------------------------------------------
+    async def retry(self, req: RetryRequest) -> Any:
+        sid = req.session_id
+
+        async def command(runner: TurnRunner, reply: Reply) -> Any:
+            engine = await runner.load()
+            if engine.state.next_seq == 0 and not self._known(sid):
+                raise NotFound(f"session {sid!r} not found")
+            checkpoint = runner.checkpointer(None)
+            # KS-9: only an exhausted ordinary conversation can be reset.
+            if not await engine.reset_exhausted_turn_rounds_for_retry(checkpoint=checkpoint):
+                raise Conflict(f"session {sid!r} has no exhausted conversation turn to retry ({engine.status})")
+            await runner.turn_started(engine, trigger="turn.retry")
+            outcome, error = await runner.run(engine, checkpoint)
+            delivered = 0
+            if req.platform and outcome == "replied":
+                delivered = await runner.deliver_outputs(
+                    engine, req.platform, req.reply_to or str(engine.turn_id), engine.state.turn.external_event_id
+                )
+            await runner.turn_ended(engine, outcome, error, trigger="turn.retry")
+            return {"session_id": sid, "turn_id": engine.turn_id, "outcome": outcome, "error": error,
+                    "status": engine.status, "delivered": delivered}
+
+        return await self._actors().call(sid, "turn.retry", command)
 
     # -- session.group_context ----------------------------------------------------------
     async def group_context(self, req: GroupContextRequest) -> Any:

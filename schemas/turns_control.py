@@ -34,6 +34,16 @@ class InterruptRequest(TurnsRequest):
     session_id: SessionId
 
 
+class RetryRequest(TurnsRequest):
+    """``turn.retry``: reset an exhausted conversation turn's round count (KS-9) and run it again."""
+
+    session_id: SessionId
+    platform: str | None = Field(
+        None, min_length=1, max_length=64, description="deliver the answer on this platform's outbound subject"
+    )
+    reply_to: str | None = Field(None, max_length=256, description="the inbound message id the answer replies to")
+
+
 class ModeTurnRequest(TurnsRequest):
     """Fields shared by ``turn.free_time`` / ``turn.wakeup``: a fresh session in that mode."""
 
@@ -125,6 +135,7 @@ class KnowledgeListRequest(TurnsRequest):
 TURNS_CONTROL_MODELS: dict[str, type[BaseModel]] = {
     "session.interrupt": InterruptRequest,
     "session.group_context": GroupContextRequest,
+    "turn.retry": RetryRequest,
     "turn.free_time": FreeTimeRequest,
     "turn.wakeup": WakeupRequest,
     "turn.ingress": IngressRequest,

@@ -274,3 +274,26 @@ async def test_group_context_arrives_by_control_op_and_is_applied_only_in_groups
     noop = await api(nc, subjects, "session", "group_context", {"session_id": dm, "context": context})
     assert noop["ok"] and noop["result"]["applied"] is False
     assert orjson.dumps(noop)  # a plain JSON reply
+
+
+@pytest.mark.rule("KS-9")
+async def test_an_exhausted_turn_is_retried_over_the_api_and_answers(
+    service: TurnstileService, nc: Client, subjects: Subjects
+) -> None:
+    # KS-9: turn.retry resets only an exhausted ordinary conversation, then runs the turn again.
+    sid = _sid("retry")
+    replies, checkpoints, events = await _watch(nc, subjects, sid)
+    script = "\n".join(['/tool knowledge_search {"query": "q"}'] * 16 + ["/say done after retry"])
+    message = inbound(sid, script, chat=CHAT)
+    await publish_inbound(nc, subjects, message)
+    await wait_for(lambda: _ended(events), what="the exhausted turn")
+    assert _ended(events)[0]["status"] == "exhausted"
+    retried = await api(nc, subjects, "turn", "retry", {"session_id": sid, "platform": "cli", "reply_to": message["id"]})
+    assert retried["ok"], retried
+    assert retried["result"]["outcome"] == "replied" and retried["result"]["delivered"] == 1
+    await wait_for(lambda: replies.messages, what="the retried answer")
+    assert replies.json()[0]["text"] == "done after retry" and replies.json()[0]["reply_to"] == message["id"]
+    again = await api(nc, subjects, "turn", "retry", {"session_id": sid})
+    assert again["ok"] is False and again["error"]["code"] == "conflict"
+    unknown = await api(nc, subjects, "turn", "retry", {"session_id": _sid("nobody")})
+    assert unknown["ok"] is False and unknown["error"]["code"] == "not_found"
