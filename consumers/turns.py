@@ -21,12 +21,14 @@ import logging
 import time
 import uuid
 from collections import deque
-from typing import Any, Protocol
+from typing import Any
 
 import orjson
 
+from consumers.finisher import TurnFinisher
 from consumers.publisher import Publisher
 from consumers.transitions import transition_of
+from consumers.turn_ports import EngineFactory, SessionBook, chat_of, external_id_of
 from core.engine import Session, SessionOptions, TurnExhausted
 from core.engine.policy import MidTurnAction, MidTurnPolicy, decide_mid_turn
 from core.errors import Cancelled, CheckpointFailed, TurnstileError, Unavailable
@@ -41,46 +43,6 @@ MAX_ERROR_CHARS = 200
 BUSY_REASON = "busy"
 POLICIES = tuple(p.value for p in MidTurnPolicy)
 FINISHED_REMEMBERED = 256
-
-
-class EngineFactory(Protocol):
-    """Opens engine sessions, fresh or from a checkpoint snapshot."""
-
-    async def open(
-        self, session_id: str, restored: dict[str, Any] | None, *, options: SessionOptions | None = None,
-        chat: dict[str, Any] | None = None,
-    ) -> Session: ...
-
-    async def clear(self, session_id: str) -> None: ...
-
-
-class SessionBook(Protocol):
-    """What the runner needs from the session manager (turn bookkeeping, generations)."""
-
-    def generation_of(self, session_id: str) -> int: ...
-
-    async def turn_started(self, session_id: str) -> Any: ...
-
-    async def turn_ended(self, session_id: str, outcome: str, error: str | None, ended_at: float) -> Any: ...
-
-    async def add_usage(self, session_id: str, input_tokens: int, output_tokens: int) -> Any: ...
-
-
-def external_id_of(inbound: InboundMessage) -> str:
-    """The id a turn is keyed by: the platform's event id, else one derived from the inbound message id."""
-    return inbound.external_event_id or f"inbound:{inbound.platform}:{inbound.id}"
-
-
-def chat_of(book: Any, session_id: str, inbound: InboundMessage | None) -> dict[str, Any] | None:
-    """The session's chat scope for a fresh engine session: the root's origin chat, else the inbound's."""
-    origin_chat_of = getattr(book, "origin_chat_of", None)
-    origin = origin_chat_of(session_id) if callable(origin_chat_of) else None
-    if origin is not None:
-        return {"type": origin.type, "multi_party": bool(origin.multi_party), "target_id": origin.target_id,
-                "name": origin.name}
-    if inbound is not None and inbound.chat is not None:
-        return inbound.chat.model_dump(exclude_none=True)
-    return None
 
 
 class TurnRunner:
@@ -116,7 +78,7 @@ class TurnRunner:
         # Pipelined publishes (events, replies) of the current message, settled before it is marked done.
         self._unsettled: list[asyncio.Future[Any]] = []
         self._behind: list[asyncio.Future[Any]] = []
-        self._finishers: set[asyncio.Task[None]] = set()
+        self._finisher = TurnFinisher(session_id, publisher, inbox, self._finished.append)
 
     # -- arrival policy ---------------------------------------------------------------
     def policy(self) -> str:
@@ -309,40 +271,15 @@ class TurnRunner:
         behind: list[asyncio.Future[Any]],
     ) -> None:
         ext_id = external_id_of(inbound)
-        task = asyncio.create_task(self._finish_when_settled(staged, inbound, engine, ext_id, unsettled, behind))
-        self._finishers.add(task)
-        task.add_done_callback(self._finishers.discard)
 
-    async def _finish_when_settled(
-        self,
-        staged: StagedMessage,
-        inbound: InboundMessage,
-        engine: Session,
-        ext_id: str,
-        unsettled: list[asyncio.Future[Any]],
-        behind: list[asyncio.Future[Any]],
-    ) -> None:
-        await asyncio.gather(*behind, return_exceptions=True)
-        for attempt in range(RETRY_ATTEMPTS):
-            if await self._pub.settle(unsettled):
-                self._finish(staged, inbound)
-                return
-            log.warning("session %s: replies or events of %s not acknowledged (attempt %d); republishing",
-                        self.session_id, inbound.id, attempt + 1)
-            await asyncio.sleep(RETRY_BASE_DELAY_S * 2**attempt)
-            # Same Nats-Msg-Id as before: JetStream drops whatever did arrive.
-            unsettled = []
-            await self._deliver_previous(staged, inbound, engine, ext_id, unsettled)
-        log.error("session %s: %s stays staged; it is answered again after a restart", self.session_id, inbound.id)
+        async def republish(sink: list[asyncio.Future[Any]]) -> None:
+            await self._deliver_previous(staged, inbound, engine, ext_id, sink)
+
+        self._finisher.spawn(staged, unsettled, behind, republish)
 
     async def wait_finished(self) -> None:
         """Wait until every finished turn's publishes and writes have landed (tests, shutdown)."""
-        while self._finishers:
-            await asyncio.gather(*list(self._finishers), return_exceptions=True)
-
-    def _finish(self, staged: StagedMessage, inbound: InboundMessage) -> None:
-        self._inbox.mark(staged, DONE)
-        self._finished.append(inbound.id)
+        await self._finisher.wait()
 
     # -- turn steps shared with control commands ------------------------------------------
     async def turn_started(self, engine: Session, **data: Any) -> None:

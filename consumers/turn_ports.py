@@ -1,0 +1,48 @@
+"""The ports a session's TurnRunner talks through, and small helpers shared with the control ops."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from core.engine import Session, SessionOptions
+from schemas.wire import InboundMessage
+
+
+class EngineFactory(Protocol):
+    """Opens engine sessions, fresh or from a checkpoint snapshot."""
+
+    async def open(
+        self, session_id: str, restored: dict[str, Any] | None, *, options: SessionOptions | None = None,
+        chat: dict[str, Any] | None = None,
+    ) -> Session: ...
+
+    async def clear(self, session_id: str) -> None: ...
+
+
+class SessionBook(Protocol):
+    """What the runner needs from the session manager (turn bookkeeping, generations)."""
+
+    def generation_of(self, session_id: str) -> int: ...
+
+    async def turn_started(self, session_id: str) -> Any: ...
+
+    async def turn_ended(self, session_id: str, outcome: str, error: str | None, ended_at: float) -> Any: ...
+
+    async def add_usage(self, session_id: str, input_tokens: int, output_tokens: int) -> Any: ...
+
+
+def external_id_of(inbound: InboundMessage) -> str:
+    """The id a turn is keyed by: the platform's event id, else one derived from the inbound message id."""
+    return inbound.external_event_id or f"inbound:{inbound.platform}:{inbound.id}"
+
+
+def chat_of(book: Any, session_id: str, inbound: InboundMessage | None) -> dict[str, Any] | None:
+    """The session's chat scope for a fresh engine session: the root's origin chat, else the inbound's."""
+    origin_chat_of = getattr(book, "origin_chat_of", None)
+    origin = origin_chat_of(session_id) if callable(origin_chat_of) else None
+    if origin is not None:
+        return {"type": origin.type, "multi_party": bool(origin.multi_party), "target_id": origin.target_id,
+                "name": origin.name}
+    if inbound is not None and inbound.chat is not None:
+        return inbound.chat.model_dump(exclude_none=True)
+    return None
