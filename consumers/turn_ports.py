@@ -46,3 +46,22 @@ def chat_of(book: Any, session_id: str, inbound: InboundMessage | None) -> dict[
     if inbound is not None and inbound.chat is not None:
         return inbound.chat.model_dump(exclude_none=True)
     return None
+
+
+def turn_usage(engine: Session) -> tuple[int, int]:
+    """Input and output tokens of every model call journaled for the current turn.
+
+    Read from the transcript (which a restore brings back), so the rounds run before a
+    crash are counted too, not only those of the resumed run (SM-15).
+    """
+    turn_id = engine.turn_id
+    if turn_id is None:
+        return 0, 0
+    tokens_in = tokens_out = 0
+    for item in engine.transcript:
+        if item.get("turn_id") != turn_id:
+            continue
+        usage = (item.get("payload") or {}).get("usage") or {}
+        tokens_in += int(usage.get("input_tokens") or 0)
+        tokens_out += int(usage.get("output_tokens") or 0)
+    return tokens_in, tokens_out

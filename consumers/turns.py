@@ -28,7 +28,7 @@ import orjson
 from consumers.finisher import TurnFinisher
 from consumers.publisher import Publisher
 from consumers.transitions import transition_of
-from consumers.turn_ports import EngineFactory, SessionBook, chat_of, external_id_of
+from consumers.turn_ports import EngineFactory, SessionBook, chat_of, external_id_of, turn_usage
 from core.engine import Session, SessionOptions, TurnExhausted
 from core.engine.policy import MidTurnAction, MidTurnPolicy, decide_mid_turn
 from core.errors import Cancelled, CheckpointFailed, TurnstileError, Unavailable
@@ -78,6 +78,7 @@ class TurnRunner:
         # Pipelined publishes (events, replies) of the current message, settled before it is marked done.
         self._unsettled: list[asyncio.Future[Any]] = []
         self._behind: list[asyncio.Future[Any]] = []
+        self._usage_reported: dict[str, tuple[int, int]] = {}
         self._finisher = TurnFinisher(session_id, publisher, inbox, self._finished.append)
 
     # -- arrival policy ---------------------------------------------------------------
@@ -291,12 +292,19 @@ class TurnRunner:
 
     async def turn_ended(self, engine: Session, outcome: str, error: str | None, **data: Any) -> None:
         """SM-15 usage, SM-13/14/16 bookkeeping and the ``turn.ended`` event."""
-        usage = engine.last_usage
-        if usage.input_tokens or usage.output_tokens:
-            self._behind.append(
-                asyncio.ensure_future(self._book.add_usage(self.session_id, usage.input_tokens, usage.output_tokens))
+        # Report what this turn used and was not reported yet (a turn can run more than once:
+        # retried after a provider error or the round limit, or resumed after a crash).
+        total_in, total_out = turn_usage(engine)
+        seen_in, seen_out = self._usage_reported.get(str(engine.turn_id), (0, 0))
+        tokens_in, tokens_out = max(total_in - seen_in, 0), max(total_out - seen_out, 0)
+        self._usage_reported[str(engine.turn_id)] = (max(total_in, seen_in), max(total_out, seen_out))
+        while len(self._usage_reported) > FINISHED_REMEMBERED:
+            self._usage_reported.pop(next(iter(self._usage_reported)))
+        if tokens_in or tokens_out:
+            self._behind.append(asyncio.ensure_future(self._book.add_usage(self.session_id, tokens_in, tokens_out)))
+            self._unsettled.append(
+                await self._pub.emit(self.session_id, "usage", {"input": tokens_in, "output": tokens_out})
             )
-            self._unsettled.append(await self._pub.emit(self.session_id, "usage", {"input": usage.input_tokens, "output": usage.output_tokens}))
         self._behind.append(
             asyncio.ensure_future(self._book.turn_ended(self.session_id, outcome, error, time.time()))
         )

@@ -15,7 +15,7 @@ from nats.aio.client import Client
 
 from consumers.settings import Settings
 from schemas.subjects import Subjects
-from tests.integration.harness import Collector, inbound, publish_inbound, wait_for
+from tests.integration.harness import Collector, api, inbound, publish_inbound, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -146,3 +146,30 @@ async def test_a_standby_takes_over_when_the_owner_is_killed_and_answers_exactly
     finally:
         await standby.stop()
         await owner.stop()
+
+
+@pytest.mark.rule("SM-15", "MQ-8")
+@pytest.mark.timeout(120)
+async def test_tokens_of_rounds_run_before_a_crash_are_still_counted(
+    service_process: ServiceProcess, nc: Client, subjects: Subjects
+) -> None:
+    # SM-15: the turn's usage is read from its journaled rounds, so a resumed turn counts them all.
+    sid = f"usage-{uuid.uuid4().hex[:6]}"
+    replies = await Collector().attach(nc, subjects.outbound("cli", sid))
+    checkpoints = await Collector().attach(nc, subjects.checkpoint(sid))
+    await service_process.start()
+    await service_process.wait_ready(nc)
+    body = inbound(sid, '/usage 10 3\n/tool knowledge_search {"query": "q"}\n/stall 3\n/say counted')
+    await publish_inbound(nc, subjects, body)
+    await wait_for(lambda: "tool_result" in [c["transition"] for c in checkpoints.json()], what="the first round")
+    await service_process.kill()
+    await service_process.start()
+    await service_process.wait_ready(nc)
+    await wait_for(lambda: replies.messages, timeout_s=60, what="the reply after restart")
+
+    async def tokens() -> dict[str, int] | None:
+        got = await api(nc, subjects, "session", "get", {"session_id": sid})
+        value = got["result"]["tokens"] if got.get("ok") else None
+        return value if value and value.get("input") == 20 else None
+
+    assert await wait_for(tokens, what="both rounds' tokens") == {"input": 20, "output": 6}
