@@ -17,6 +17,7 @@ import asyncio
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import Callable
 
@@ -92,19 +93,29 @@ class OwnershipLease:
     async def _renew(self, on_lost: Callable[[], None]) -> None:
         interval = self.ttl_s / 3
         kv = await self._bucket_kv()
+        last_ok = time.monotonic()
         while True:
             await asyncio.sleep(interval)
             try:
                 self._revision = await asyncio.wait_for(
                     kv.update(LEASE_KEY, self.owner_id.encode(), last=self._revision), interval
                 )
+                last_ok = time.monotonic()
+                continue
             except asyncio.CancelledError:
                 raise
+            except KeyWrongLastSequenceError as exc:
+                reason = f"another process holds it now ({exc!r})"
             except Exception as exc:
-                log.error("lost the ownership lease (%r); stopping work", exc)
-                self._revision = None
-                on_lost()
-                return
+                # A slow or briefly unreachable broker: keep trying while the lease can still be ours.
+                if time.monotonic() - last_ok < self.ttl_s - interval:
+                    log.warning("renewing the ownership lease failed (%r); retrying", exc)
+                    continue
+                reason = f"not renewed within its TTL ({exc!r})"
+            log.error("lost the ownership lease: %s; stopping work", reason)
+            self._revision = None
+            on_lost()
+            return
 
     async def release(self) -> None:
         """Stop renewing and delete the lease so a standby takes over at once."""
