@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 ENGINE_NAME = "turnstile"
-MEMO_TRANSCRIPTS = 4096
+MEMO_TRANSCRIPTS = 1024  # transcripts whose projection is kept (the active sessions); LRU beyond
 
 
 def _attachment_line(attachments: list[dict[str, Any]]) -> str:
