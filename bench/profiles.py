@@ -56,7 +56,7 @@ PROFILES = {
         drain_messages=120,
         drain_single_session=60,
         paced_rate_per_s=50.0,
-        paced_duration_s=2.0,
+        paced_duration_s=1.0,
         tools_session_counts=(10,),
         baseline_for_tools=False,
         turns20_sessions=5,
@@ -65,7 +65,7 @@ PROFILES = {
         growth_window_tokens=1000,
         growth_text_chars=600,
         reply_timeout_s=10.0,
-        baseline_min_drain=1000,
+        baseline_min_drain=500,
     ),
     "full": Profile(
         name="full",
