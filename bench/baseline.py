@@ -88,7 +88,7 @@ async def run(nats_url: str, prefix: str, shape: PublishShape, max_s: float) -> 
     while not stop.is_set():
         try:
             msgs = await psub.fetch(settings.fetch_batch, timeout=settings.fetch_timeout_s)
-        except NatsTimeoutError:
+        except (NatsTimeoutError, TimeoutError):  # nats-py raises either when a fetch times out
             continue
         except Exception as exc:  # a closed connection at shutdown
             if stop.is_set():

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import nats
 import orjson
 from nats.aio.client import Client
 from nats.aio.msg import Msg
@@ -150,15 +151,26 @@ class Driver:
         self.subjects = subjects
         self.timer = ReplyTimer(meters)
         self._sub: Any = None
+        self._reply_nc: Client | None = None
 
     async def attach(self) -> None:
-        self._sub = await self.nc.subscribe(self.subjects.outbound_all, cb=self.timer.on_reply, pending_msgs_limit=10_000_000)
-        await self.nc.flush()
+        # Replies get a connection of their own: on the shared one, bursts of checkpoint copies
+        # (StoredBytesCounter) could make the server treat us as a slow consumer and drop replies.
+        url = self.nc.connected_url
+        assert url is not None
+        self._reply_nc = await nats.connect(f"nats://{url.netloc}")
+        self._sub = await self._reply_nc.subscribe(
+            self.subjects.outbound_all, cb=self.timer.on_reply, pending_msgs_limit=10_000_000
+        )
+        await self._reply_nc.flush()
 
     async def detach(self) -> None:
         if self._sub is not None:
             await self._sub.unsubscribe()
             self._sub = None
+        if self._reply_nc is not None:
+            await self._reply_nc.close()
+            self._reply_nc = None
 
     def _body(self, session_id: str, text: str) -> tuple[str, bytes, str]:
         msg_id = uuid.uuid4().hex
