@@ -9,12 +9,14 @@ session id ``_`` is therefore encoded as ``~5F``.
 from __future__ import annotations
 
 import string
+from functools import lru_cache
 
 NO_SESSION = "_"
 _KEEP = frozenset((string.ascii_letters + string.digits + "-_:@+=").encode())
 _HEX = frozenset(b"0123456789ABCDEF")
 
 
+@lru_cache(maxsize=65_536)  # pure, and called for every subject a message touches
 def encode_sid(session_id: str | None) -> str:
     """Encode a session id (or None) into a single subject token."""
     if session_id is None:
