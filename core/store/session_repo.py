@@ -14,19 +14,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core.errors import Unavailable
-from core.sessions.codec import (
-    last_turn_from_json,
-    last_turn_to_json,
-    origin_chat_from_json,
-    origin_chat_to_json,
-    status_from_json,
-    take_settings_from_json,
-    take_settings_to_json,
-    tokens_from_json,
-    tokens_to_json,
-    work_from_json,
-    work_to_json,
-)
+from core.sessions.codec import record_from_json, record_to_json
 from core.sessions.ports import StoreChange, StoredState
 from core.sessions.records import JsonObject, JsonValue, PlaceKind, PlaceRecord, SessionRecord, WorkspaceRecord
 from core.store.committer import GroupCommitter
@@ -36,30 +24,18 @@ Row = dict[str, Any]
 
 
 def session_row(record: SessionRecord) -> Row:
-    """The ``sessions`` row of a record (kind and children are not stored)."""
-    return {
-        "id": record.id,
-        "parent_id": record.parent_id,
-        "name": record.name,
-        "title": record.title,
-        "status": record.status,
-        "created_at": record.created_at,
-        "updated_at": record.updated_at,
-        "created_from": record.created_from,
-        "input_context": record.input_context,
-        "result": record.result,
-        "metadata_json": dict(record.metadata),
-        "origin_platform": record.origin_platform,
-        "origin_chat": origin_chat_to_json(record.origin_chat),
-        "workspace": record.workspace,
-        "work": work_to_json(record.work),
-        "current_dir": record.current_dir,
-        "origin_instance": record.origin_instance,
-        "last_reply_at": record.last_reply_at,
-        "last_turn": last_turn_to_json(record.last_turn),
-        "tokens": tokens_to_json(record.tokens),
-        "take_settings": take_settings_to_json(record.take_settings),
-    }
+    """The ``sessions`` row of a record: its JSON form, less the derived kind and children (SM-1)."""
+    row: Row = dict(record_to_json(record))
+    del row["kind"], row["children"]
+    row["metadata_json"] = row.pop("metadata")
+    return row
+
+
+def session_from_row(row: RowMapping) -> SessionRecord:
+    """A record from its row; malformed JSON sub-objects read as absent."""
+    value: JsonObject = {k: _json(v) for k, v in row.items() if k != "metadata_json"}
+    value["metadata"] = _json(row["metadata_json"])
+    return record_from_json(value)
 
 
 def _json(value: Any) -> JsonValue:
@@ -68,33 +44,6 @@ def _json(value: Any) -> JsonValue:
 
 def _object(value: Any) -> JsonObject:
     return dict(value) if isinstance(value, dict) else {}
-
-
-def session_from_row(row: RowMapping) -> SessionRecord:
-    """A record from its row; malformed JSON sub-objects read as absent."""
-    return SessionRecord(
-        id=row["id"],
-        parent_id=row["parent_id"],
-        name=row["name"],
-        title=row["title"],
-        status=status_from_json(row["status"]),
-        created_at=float(row["created_at"]),
-        updated_at=float(row["updated_at"]),
-        created_from=row["created_from"],
-        input_context=row["input_context"],
-        result=row["result"],
-        metadata=_object(row["metadata_json"]),
-        origin_platform=row["origin_platform"],
-        origin_chat=origin_chat_from_json(_json(row["origin_chat"])),
-        workspace=row["workspace"],
-        work=work_from_json(_json(row["work"])),
-        current_dir=row["current_dir"],
-        origin_instance=row["origin_instance"],
-        last_reply_at=None if row["last_reply_at"] is None else float(row["last_reply_at"]),
-        last_turn=last_turn_from_json(_json(row["last_turn"])),
-        tokens=tokens_from_json(_json(row["tokens"])),
-        take_settings=take_settings_from_json(_json(row["take_settings"])),
-    )
 
 
 def place_row(place: PlaceRecord) -> Row:
