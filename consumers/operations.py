@@ -190,17 +190,17 @@ def session_operations(service: TurnstileService) -> list[Operation]:
         return record
 
     async def create(req: SessionCreateRequest) -> SessionOut:
-        return render.session(await manager().create_session(req.fields.to_fields(), _creation(req.creation)))
+        return render.session(await manager().create_session(req.fields.sent(), _creation(req.creation)))
 
     async def create_child(req: SessionCreateChildRequest) -> SessionOut:
-        fields = req.fields.to_fields()
+        fields = req.fields.sent()
         given_parent = fields.pop("parent_id", None)
         if given_parent is not None and given_parent != req.parent_id:
             raise InvalidInput("fields.parent_id differs from parent_id")
         return render.session(await manager().create_child_session(req.parent_id, fields))
 
     async def ensure(req: SessionEnsureRequest) -> SessionOut:
-        fields = req.fields.to_fields()
+        fields = req.fields.sent()
         given_id = fields.pop("id", None)
         if given_id is not None and given_id != req.session_id:
             raise InvalidInput("fields.id differs from session_id")
@@ -224,7 +224,7 @@ def session_operations(service: TurnstileService) -> list[Operation]:
         return render.sessions(manager().get_children(req.session_id))
 
     async def update(req: SessionUpdateRequest) -> SessionOut:
-        return render.session(await manager().update_session(req.session_id, req.changes.to_changes()))
+        return render.session(await manager().update_session(req.session_id, req.changes.sent()))
 
     async def title(req: SessionTitleRequest) -> SessionOut:
         return render.session(await manager().update_session_title(req.session_id, req.title))

@@ -42,7 +42,35 @@ class ControlResult(BaseModel):
 # -- requests: sessions ---------------------------------------------------------
 
 
-class SessionFieldsIn(ControlRequest):
+class _AcceptsServiceOwned(ControlRequest):
+    """SM-8: the service-owned fields are accepted, so a record read back can be sent again,
+    and then dropped by the manager; ``sent()`` is what the caller actually sent."""
+
+    kind: Any = None
+    origin_platform: Any = None
+    origin_chat: Any = None
+    created_from: Any = None
+    workspace: Any = None
+    work: Any = None
+    current_dir: Any = None
+    origin_instance: Any = None
+    last_reply_at: Any = None
+    last_turn: Any = None
+    tokens: Any = None
+    children: Any = None
+    created_at: Any = None
+    updated_at: Any = None
+    take_settings: Any = None
+    label: Any = None
+
+    def sent(self) -> dict[str, object]:
+        """The fields the caller actually sent (the manager drops the service-owned ones)."""
+        sent = self.model_dump(exclude_unset=True)
+        sent.pop("label", None)
+        return sent
+
+
+class SessionFieldsIn(_AcceptsServiceOwned):
     """Caller-settable fields of a new session; ``metadata`` is stored as is (SM-19).
 
     The service-owned fields are accepted and dropped (SM-8); see the module docstring.
@@ -56,32 +84,9 @@ class SessionFieldsIn(ControlRequest):
     input_context: str | None = None
     result: str | None = None
     metadata: dict[str, Any] | None = None
-    # SM-8: accepted so a record read back can be sent again, then dropped by the manager.
-    kind: Any = None
-    origin_platform: Any = None
-    origin_chat: Any = None
-    created_from: Any = None
-    workspace: Any = None
-    work: Any = None
-    current_dir: Any = None
-    origin_instance: Any = None
-    last_reply_at: Any = None
-    last_turn: Any = None
-    tokens: Any = None
-    children: Any = None
-    created_at: Any = None
-    updated_at: Any = None
-    take_settings: Any = None
-    label: Any = None
-
-    def to_fields(self) -> dict[str, object]:
-        """The fields the caller actually sent (the manager drops the service-owned ones)."""
-        sent = self.model_dump(exclude_unset=True)
-        sent.pop("label", None)
-        return sent
 
 
-class SessionChangesIn(ControlRequest):
+class SessionChangesIn(_AcceptsServiceOwned):
     """A change to a session: absent fields stay; ``metadata`` merges top-level keys (SM-20).
 
     Service-owned fields are accepted and dropped, as for creation (SM-8).
@@ -93,28 +98,6 @@ class SessionChangesIn(ControlRequest):
     input_context: str | None = None
     result: str | None = None
     metadata: dict[str, Any] | None = None
-    kind: Any = None
-    origin_platform: Any = None
-    origin_chat: Any = None
-    created_from: Any = None
-    workspace: Any = None
-    work: Any = None
-    current_dir: Any = None
-    origin_instance: Any = None
-    last_reply_at: Any = None
-    last_turn: Any = None
-    tokens: Any = None
-    children: Any = None
-    created_at: Any = None
-    updated_at: Any = None
-    take_settings: Any = None
-    label: Any = None
-
-    def to_changes(self) -> dict[str, object]:
-        """The changes the caller actually sent (the manager drops the service-owned ones)."""
-        sent = self.model_dump(exclude_unset=True)
-        sent.pop("label", None)
-        return sent
 
 
 class WorkIn(ControlRequest):
