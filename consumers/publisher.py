@@ -28,7 +28,6 @@ class Publisher:
         self.subjects = subjects
         self.timeout_s = timeout_s
         self._pending: set[asyncio.Future[Any]] = set()
-        self.failed_publishes = 0
 
     async def _publish_pipelined(
         self, subject: str, payload: bytes, headers: dict[str, str] | None = None
@@ -46,7 +45,6 @@ class Publisher:
             return
         exc = future.exception()
         if exc is not None:
-            self.failed_publishes += 1
             log.error("a pipelined publish was not acknowledged: %r", exc)
 
     async def settle(self, futures: list[asyncio.Future[Any]] | None = None) -> bool:

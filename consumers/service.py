@@ -67,9 +67,8 @@ class TurnstileService:
         self.publisher = Publisher(self.js, self.subjects)
         self.committer = GroupCommitter(self.db)
         self.inbox = SqlInbox(self.db, self.committer)
-        self.inbox.start()
+        self.inbox.start(retention_s=s.inbound_max_age_s)
         self.engines = EngineSessions(s, self.db, self.committer)
-        await self.engines.start()
         self.manager = build_manager(s, self.db, self.publisher, self._clear_session_data, self.committer)
         await self.manager.start()
         self.engines.take_policy = ManagerTakePolicy(self.manager)
@@ -82,7 +81,7 @@ class TurnstileService:
                 publisher=self.publisher,  # type: ignore[arg-type]
                 inbox=self.inbox,  # type: ignore[arg-type]
                 turn_slots=turn_slots,
-                mid_turn_policy=self.mid_turn_policy_of(sid),
+                mid_turn_policy=s.mid_turn_policy,
             ),
             idle_s=s.actor_idle_s,
         )
@@ -110,13 +109,6 @@ class TurnstileService:
             asyncio.get_running_loop().create_task(self.inbound.stop())
         if self.actors is not None:
             asyncio.get_running_loop().create_task(self.actors.close(drain_timeout_s=0))
-
-    def mid_turn_policy_of(self, session_id: str) -> str:
-        """The session's mid-turn policy: its ``mid_turn_policy`` metadata key, else the service default."""
-        record = self.manager.get_session(session_id) if self.manager is not None else None
-        metadata = getattr(record, "metadata", None) or {}
-        policy = metadata.get("mid_turn_policy") if isinstance(metadata, dict) else None
-        return policy if policy in ("enqueue", "interrupt", "reject") else self.settings.mid_turn_policy
 
     async def _clear_session_data(self, session_id: str) -> None:
         """SM-21: after session.deleted — stop the running turn, clear journal, inbox and checkpoints."""

@@ -199,9 +199,6 @@ class EngineSessions:
             context_window_tokens=settings.context_window_tokens,
         )
 
-    async def start(self) -> None:
-        return None
-
     def options_for(self, session_id: str, chat: dict[str, Any] | None = None) -> SessionOptions:
         """A conversation; its channel carries the chat scope, so a multi-party chat is a group (KS-15)."""
         options = SessionOptions.conversation("conversation", roots=[])

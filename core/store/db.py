@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy import Engine, MetaData, event
 from sqlalchemy import create_engine as create_sync_engine_
-from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 NAMING = {
     "ix": "ix_%(column_0_label)s",
@@ -55,10 +55,6 @@ def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
     kwargs.setdefault("pool_size", 10)
     kwargs.setdefault("max_overflow", 10)
     return create_async_engine(url, **kwargs)
-
-
-def sessionmaker(engine: AsyncEngine) -> async_sessionmaker[Any]:
-    return async_sessionmaker(engine, expire_on_commit=False)
 
 
 def _configure_sqlite(engine: Engine) -> None:

@@ -45,6 +45,7 @@ from core.store.db import metadata
 log = logging.getLogger(__name__)
 
 STAGED, DONE, DROPPED = "staged", "done", "dropped"
+PRUNE_EVERY_S = 3600.0
 
 inbox = Table(
     "inbox",
@@ -89,10 +90,15 @@ class SqlInbox:
         self._flusher: asyncio.Task[None] | None = None
         self._closing = False
         self._flush_lock = asyncio.Lock()
+        self._pruner: asyncio.Task[None] | None = None
 
-    def start(self) -> None:
+    def start(self, retention_s: float | None = None) -> None:
+        """Start writing marks in the background; with ``retention_s``, also prune finished rows
+        older than that (a replay from the inbound stream can be no older than its max age)."""
         if self._flusher is None:
             self._flusher = asyncio.create_task(self._flush_loop(), name="inbox-marks")
+        if retention_s is not None and self._pruner is None:
+            self._pruner = asyncio.create_task(self._prune_loop(retention_s), name="inbox-prune")
 
     async def stage(self, messages: Sequence[StagedMessage]) -> list[bool]:
         """Stage a batch in one transaction; True for each message that was not staged before."""
@@ -206,13 +212,27 @@ class SqlInbox:
             raise
 
     async def forget_finished(self, older_than_s: float) -> int:
-        """Delete finished rows older than the given age (dedup beyond the stream's window is kept until then)."""
+        """Delete rows finished more than ``older_than_s`` ago; staged rows always stay."""
         cutoff = time.time() - older_than_s
-        async with self._engine.begin() as conn:
-            res = await conn.execute(
-                delete(inbox).where(and_(inbox.c.status != STAGED, inbox.c.finished_at < cutoff))
-            )
-            return int(res.rowcount or 0)
+        removed: list[int] = []
+
+        def op(conn: Connection) -> None:
+            res = conn.execute(delete(inbox).where(and_(inbox.c.status != STAGED, inbox.c.finished_at < cutoff)))
+            removed.append(int(res.rowcount or 0))
+
+        await self._write(op)
+        return removed[0]
+
+    async def _prune_loop(self, retention_s: float) -> None:
+        every_s = min(PRUNE_EVERY_S, max(retention_s / 4, 1.0))
+        while not self._closing:
+            try:
+                pruned = await self.forget_finished(retention_s)
+                if pruned:
+                    log.info("pruned %d finished inbox rows", pruned)
+            except Exception as exc:
+                log.warning("pruning the inbox failed: %r", exc)
+            await asyncio.sleep(every_s)
 
     async def _flush_loop(self) -> None:
         while not self._closing:
@@ -228,6 +248,10 @@ class SqlInbox:
     async def close(self) -> None:
         self._closing = True
         self._wake.set()
+        if self._pruner is not None:
+            self._pruner.cancel()
+            await asyncio.gather(self._pruner, return_exceptions=True)
+            self._pruner = None
         if self._flusher is not None:
             self._flusher.cancel()
             try:
