@@ -147,34 +147,6 @@ def real_directory(root: str) -> str:
     return real
 
 
-class HistoryClearer:
-    """Clears a session's message history for memory.clear: stop its turn, clear the journal, drop checkpoints.
-
-    The running turn is stopped and the loaded state forgotten first (a turn
-    writing to the history would otherwise put it back); the checkpoints go too,
-    so the next message does not restore the old transcript from one.
-    """
-
-    def __init__(self, service: TurnstileService) -> None:
-        self._service = service
-
-    async def clear(self, session_id: str) -> bool:
-        """True when the history is gone (the SM-23 ``historyCleared``)."""
-        svc = self._service
-        try:
-            if svc.actors is not None:
-                await svc.actors.stop_session(session_id)
-            if svc.engines is None:
-                return False
-            await svc.engines.clear(session_id)
-            if svc.js is not None:
-                await svc.js.purge_stream(svc.subjects.checkpoint_stream, subject=svc.subjects.checkpoint(session_id))
-        except Exception as exc:
-            log.warning("clearing the history of %s failed: %r", session_id, exc)
-            return False
-        return True
-
-
 def session_operations(service: TurnstileService) -> list[Operation]:
     """session.*: create, create_child, ensure, get, list, children, update, title, complete, delete, …"""
     render = Rendering(service_time_zone(service.settings.time_zone))
@@ -278,7 +250,6 @@ def session_operations(service: TurnstileService) -> list[Operation]:
 def other_operations(service: TurnstileService) -> list[Operation]:
     """memory.clear, take.check, place.*, workspace.*, platform.*."""
     render = Rendering(service_time_zone(service.settings.time_zone))
-    history = HistoryClearer(service)
 
     def manager() -> SessionManager:
         m: SessionManager = service.manager
@@ -289,7 +260,7 @@ def other_operations(service: TurnstileService) -> list[Operation]:
         if m.get_session(req.session_id) is None:
             raise NotFound(f"session {req.session_id!r} does not exist")
         clears_history = req.types is None or HISTORY_TYPE in req.types
-        cleared = await history.clear(req.session_id) if clears_history else False
+        cleared = await service.clear_history(req.session_id) if clears_history else False
         deleted = await m.memory_clear(req.session_id, req.types, req.scope, history_cleared=cleared)
         return MemoryClearOut(session_id=req.session_id, history_cleared=cleared, deleted=deleted)
 

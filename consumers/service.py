@@ -110,17 +110,29 @@ class TurnstileService:
         if self.actors is not None:
             asyncio.get_running_loop().create_task(self.actors.close(drain_timeout_s=0))
 
-    async def _clear_session_data(self, session_id: str) -> None:
-        """SM-21: after session.deleted — stop the running turn, clear journal, inbox and checkpoints."""
-        if self.actors is not None:
-            await self.actors.stop_session(session_id)
-        if self.engines is not None:
+    async def clear_history(self, session_id: str) -> bool:
+        """Stop the session's running turn, clear its journal and purge its checkpoints.
+
+        The turn is stopped and its loaded state forgotten first (a running turn would
+        otherwise write the history back); the checkpoints go too, so the next message
+        cannot restore the old transcript. True when all of it succeeded (SM-23's
+        ``historyCleared``). Used by deletion (SM-21) and ``memory.clear``.
+        """
+        try:
+            if self.actors is not None:
+                await self.actors.stop_session(session_id)
+            if self.engines is None or self.js is None:
+                return False
             await self.engines.clear(session_id)
-        if self.js is not None:
-            try:
-                await self.js.purge_stream(self.subjects.checkpoint_stream, subject=self.subjects.checkpoint(session_id))
-            except Exception as exc:
-                log.warning("purging checkpoints of %s failed: %r", session_id, exc)
+            await self.js.purge_stream(self.subjects.checkpoint_stream, subject=self.subjects.checkpoint(session_id))
+        except Exception as exc:
+            log.warning("clearing the history of %s failed: %r", session_id, exc)
+            return False
+        return True
+
+    async def _clear_session_data(self, session_id: str) -> None:
+        """SM-21: after session.deleted, the deleted session's history and checkpoints go."""
+        await self.clear_history(session_id)
 
     async def stop(self) -> None:
         """Stop fetching, let running turns finish (bounded), flush, close connections."""
