@@ -209,7 +209,7 @@ class TurnOperations:
             options = options.with_changes(**changes)
 
         async def stage(engine: Session, checkpoint: Any) -> bool:
-            await checkpoint(engine.snapshot())  # Session.open staged the history (KS-16)
+            await engine.publish(checkpoint)  # Session.open staged the history (KS-16)
             return bool(engine.pending_turn)
 
         result = await self._mode_turn(target, options, stage, wait=req.wait)

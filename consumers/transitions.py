@@ -8,21 +8,29 @@ significance; see docs/control-turns.md for the list.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
+
+from core.engine.snapshot import EncodedSnapshot
 
 # Event types that name their own step, most significant first.
 _EVENT_STEPS = ("interrupted", "committed", "finalized", "turn_ended", "rounds_exhausted", "rounds_reset",
                 "source_terminated")
 
 
-def new_entries(snapshot: dict[str, Any], since_version: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def new_entries(snapshot: Mapping[str, Any], since_version: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Transcript items and events of ``snapshot`` with a journal seq >= ``since_version``."""
-    items = [i for i in snapshot.get("transcript") or [] if int(i.get("seq", -1)) >= since_version]
-    events = [e for e in snapshot.get("events") or [] if int(e.get("seq", -1)) >= since_version]
-    return items, events
+    if isinstance(snapshot, EncodedSnapshot):  # it carries its new entries: no need to parse it
+        items, events = snapshot.new_items, snapshot.new_events
+    else:
+        items, events = snapshot.get("transcript") or [], snapshot.get("events") or []
+    return (
+        [i for i in items if int(i.get("seq", -1)) >= since_version],
+        [e for e in events if int(e.get("seq", -1)) >= since_version],
+    )
 
 
-def transition_of(snapshot: dict[str, Any], since_version: int = 0) -> str:
+def transition_of(snapshot: Mapping[str, Any], since_version: int = 0) -> str:
     """Name the step that produced ``snapshot`` (entries since ``since_version``)."""
     items, events = new_entries(snapshot, since_version)
     event_types = [str(e.get("type")) for e in events]
@@ -45,6 +53,13 @@ def transition_of(snapshot: dict[str, Any], since_version: int = 0) -> str:
         return "message_staged"
     if "notice" in kinds:
         return "notice"
-    if not snapshot.get("transcript") and not snapshot.get("events"):
+    if _empty(snapshot):
         return "opened"
     return "step"
+
+
+def _empty(snapshot: Mapping[str, Any]) -> bool:
+    """Nothing was ever journaled (an encoded snapshot says so by its version, without parsing)."""
+    if isinstance(snapshot, EncodedSnapshot):
+        return snapshot.state_version == 0
+    return not snapshot.get("transcript") and not snapshot.get("events")

@@ -29,7 +29,8 @@ from consumers.finisher import TurnFinisher
 from consumers.publisher import Publisher
 from consumers.transitions import transition_of
 from consumers.turn_ports import EngineFactory, SessionBook, chat_of, external_id_of, turn_usage
-from core.engine import Session, SessionOptions, TurnExhausted
+from core.engine import FORMAT_VERSION, Session, SessionOptions, TurnExhausted
+from core.engine.snapshot import EncodedSnapshot
 from core.engine.policy import MidTurnAction, MidTurnPolicy, decide_mid_turn
 from core.errors import Cancelled, CheckpointFailed, TurnstileError, Unavailable
 from core.store.inbox import DONE, DROPPED, SqlInbox, StagedMessage
@@ -172,25 +173,25 @@ class TurnRunner:
     def checkpointer(self, inbound_id: str | None = None, transition: str | None = None) -> Any:
         """The checkpoint callback: publish each snapshot, fenced on the previous subject sequence."""
 
-        async def checkpoint(snapshot: dict[str, Any]) -> None:
+        async def checkpoint(snapshot: EncodedSnapshot) -> None:
             assert self._generation is not None
-            version = int(snapshot.get("state_version", 0))
-            # The wire model is schemas.wire.Checkpoint; built as a plain dict on this hot path
-            # because validating the whole snapshot again would cost more than the publish.
-            cp = {
+            # The wire model is schemas.wire.Checkpoint. The snapshot arrives encoded (the engine
+            # splices memoised per-item JSON) and is not parsed again: the envelope is spliced around it.
+            if not isinstance(snapshot, EncodedSnapshot):
+                raise TypeError("checkpoints are published through Session.publish (an EncodedSnapshot)")
+            envelope = orjson.dumps({
                 "session_id": self.session_id,
                 "generation": self._generation,
-                "format_version": int(snapshot.get("format_version", 1)),
-                "state_version": version,
+                "format_version": FORMAT_VERSION,
+                "state_version": snapshot.state_version,
                 "transition": transition or transition_of(snapshot, self._version_seen),
                 "inbound_id": inbound_id,
                 "at": time.time(),
-                "snapshot": snapshot,
-            }
+            })
             self._checkpoint_seq = await self._pub.checkpoint(
-                self.session_id, orjson.dumps(cp), self._checkpoint_seq
+                self.session_id, b"".join((envelope[:-1], b',"snapshot":', snapshot.raw, b"}")), self._checkpoint_seq
             )
-            self._version_seen = version
+            self._version_seen = snapshot.state_version
 
         return checkpoint
 

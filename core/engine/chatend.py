@@ -30,16 +30,19 @@ def _args_text(arguments: dict[str, Any]) -> str:
     return orjson.dumps(arguments, option=orjson.OPT_SORT_KEYS).decode()
 
 
-class _Memo:
-    """Per-item projections and rendered blocks of one transcript list, reused while it only grows."""
+class TranscriptMemo:
+    """Per-item projections, rendered blocks and JSON encodings of one transcript list,
+    reused while it only grows (the checkpoint encoder splices the encodings)."""
 
-    __slots__ = ("source", "items", "messages", "blocks")
+    __slots__ = ("source", "items", "messages", "blocks", "item_json", "messages_json")
 
     def __init__(self, source: list[dict[str, Any]]) -> None:
         self.source = source
         self.items: list[dict[str, Any]] = []
         self.messages: list[list[dict[str, Any]]] = []
         self.blocks: list[list[str]] = []
+        self.item_json: list[bytes] = []  # orjson of each item
+        self.messages_json: list[bytes] = []  # its projected messages, comma-joined (b"" for none)
 
     def sync(self, transcript: list[dict[str, Any]]) -> None:
         # Transcript items are never edited in place, so item identity marks the reusable prefix.
@@ -48,22 +51,24 @@ class _Memo:
         same = 0
         while same < limit and items[same] is transcript[same]:
             same += 1
-        del items[same:], self.messages[same:], self.blocks[same:]
+        del items[same:], self.messages[same:], self.blocks[same:], self.item_json[same:], self.messages_json[same:]
         for item in transcript[same:]:
             projected = _project_item(item)
             items.append(item)
             self.messages.append(projected)
             self.blocks.append([_render_block(m) for m in projected])
+            self.item_json.append(orjson.dumps(item))
+            self.messages_json.append(b",".join(orjson.dumps(m) for m in projected))
 
 
-_memos: OrderedDict[int, _Memo] = OrderedDict()
+_memos: OrderedDict[int, TranscriptMemo] = OrderedDict()
 
 
-def _memo_for(transcript: list[dict[str, Any]]) -> _Memo:
+def memo_for(transcript: list[dict[str, Any]]) -> TranscriptMemo:
     key = id(transcript)
     memo = _memos.get(key)
     if memo is None or memo.source is not transcript:
-        memo = _memos[key] = _Memo(transcript)
+        memo = _memos[key] = TranscriptMemo(transcript)
         while len(_memos) > MEMO_TRANSCRIPTS:
             _memos.popitem(last=False)
     else:
@@ -78,13 +83,17 @@ def project_messages(transcript: list[dict[str, Any]]) -> list[dict[str, Any]]:
     Each message is a fresh dict (callers may change it); the per-item work is memoised,
     so projecting a growing transcript on every checkpoint costs only its new items.
     """
-    memo = _memo_for(transcript)
+    memo = memo_for(transcript)
     return [dict(m) for group in memo.messages for m in group]
 
 
 def transcript_chatend_text(system_prompt: str, transcript: list[dict[str, Any]]) -> str:
     """``chatend_text(system_prompt, project_messages(transcript))``, from memoised blocks."""
-    memo = _memo_for(transcript)
+    return memo_chatend_text(system_prompt, memo_for(transcript))
+
+
+def memo_chatend_text(system_prompt: str, memo: TranscriptMemo) -> str:
+    """The chatend text of a synced memo."""
     blocks = [b for group in memo.blocks for b in group]
     return f"[system]\n{system_prompt}\n\n" + ("\n\n".join(blocks) + "\n" if blocks else "")
 

@@ -24,13 +24,15 @@ from core.engine.options import RuntimeModel, SessionOptions
 from core.engine.ports import Clock, HistoryReader, SameSessionOnly, TakePolicy, iso, utc_now
 from core.engine.reducer import apply
 from core.engine.session_view import SessionView
-from core.engine.snapshot import state_from_snapshot
+from core.engine.snapshot import EncodedSnapshot, encode_snapshot, state_from_snapshot
 from core.engine.state import KnowledgePlan, SessionState
 from core.engine.tools import LeaseRegistry, ToolRegistry, builtin_registry
 from core.errors import Cancelled, CheckpointFailed, Conflict, InvalidInput, NotFound
 from core.providers.base import Provider, Usage
 
-Checkpoint = Callable[[dict[str, Any]], Awaitable[None]]
+# A checkpoint callback receives the complete snapshot (KS-20) as an ``EncodedSnapshot``:
+# a read-only mapping equal to ``Session.snapshot()`` that also carries its JSON bytes.
+Checkpoint = Callable[[EncodedSnapshot], Awaitable[None]]
 T = TypeVar("T")
 MAX_REMEMBERED_CANCELS = 64
 
@@ -78,6 +80,8 @@ class Session(SessionView):
         self._inflight: asyncio.Future[Any] | None = None
         self._cancel_requested = False
         self._cancelled_ops: set[str] = set()
+        # State version of the last snapshot handed to a checkpoint callback (its "new" entries start here).
+        self._published_version = state.next_seq
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -191,7 +195,9 @@ class Session(SessionView):
         if checkpoint is None:
             return
         try:
-            await checkpoint(self.snapshot())
+            snapshot = encode_snapshot(self._state, self.system_prompt, self._published_version)
+            self._published_version = snapshot.state_version
+            await checkpoint(snapshot)
         except CheckpointFailed:
             raise
         except Exception as exc:

@@ -7,11 +7,13 @@ only grows and tells two checkpoints of one session apart.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
+import orjson
 from pydantic import Field
 
-from core.engine.chatend import project_messages, transcript_chatend_text
+from core.engine.chatend import memo_chatend_text, memo_for, project_messages, transcript_chatend_text
 from core.engine.state import SessionState
 from core.errors import InvalidInput
 
@@ -55,6 +57,75 @@ def build_snapshot(state: SessionState, system_prompt: str) -> dict[str, Any]:
     data["projection"] = projection
     data["chatend_text"] = transcript_chatend_text(system_prompt, state.transcript)
     return {name: data[name] for name in Snapshot.model_fields}
+
+
+class EncodedSnapshot(Mapping[str, Any]):
+    """A snapshot as its exact JSON bytes (``raw``), what checkpoint callbacks receive.
+
+    Reading it as a mapping parses ``raw`` once (the equal ``build_snapshot`` dict);
+    a publisher sends ``raw`` as is. ``new_items`` / ``new_events`` are the transcript
+    items and events journaled since the previous snapshot the session handed out.
+    """
+
+    __slots__ = ("raw", "state_version", "new_items", "new_events", "_data")
+
+    def __init__(
+        self, raw: bytes, state_version: int, new_items: list[dict[str, Any]], new_events: list[dict[str, Any]]
+    ) -> None:
+        self.raw = raw
+        self.state_version = state_version
+        self.new_items = new_items
+        self.new_events = new_events
+        self._data: dict[str, Any] | None = None
+
+    @property
+    def data(self) -> dict[str, Any]:
+        if self._data is None:
+            self._data = orjson.loads(self.raw)
+        return self._data
+
+    def __getitem__(self, key: str) -> Any:
+        return self.data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.data)
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+
+def _tail_since(entries: list[dict[str, Any]], since_version: int) -> list[dict[str, Any]]:
+    """The entries with ``seq >= since_version`` (they are in seq order): a scan from the end."""
+    start = len(entries)
+    while start > 0 and int(entries[start - 1].get("seq", -1)) >= since_version:
+        start -= 1
+    return entries[start:]
+
+
+def encode_snapshot(state: SessionState, system_prompt: str, since_version: int = 0) -> EncodedSnapshot:
+    """The ``build_snapshot`` value as JSON bytes, spliced from memoised per-item encodings.
+
+    A checkpoint is complete (KS-20), so it repeats the whole transcript, its projection
+    and the chatend text; encoding them again at every durable step would make each step
+    cost O(conversation). Transcript items are never edited in place, so their JSON (and
+    their projected messages' JSON) is encoded once; only the small rest of the state is
+    serialised per snapshot. ``test_snapshot`` proves the bytes parse to ``build_snapshot``.
+    """
+    memo = memo_for(state.transcript)
+    rest = state.model_dump_json(exclude={"transcript"}).encode()
+    raw = b"".join((
+        rest[:-1],
+        b',"transcript":[', b",".join(memo.item_json),
+        b'],"format_version":', str(FORMAT_VERSION).encode(),
+        b',"state_version":', str(state.next_seq).encode(),
+        b',"status":"', status_of(state).encode(),
+        b'","projection":[', b",".join(j for j in memo.messages_json if j),
+        b'],"chatend_text":', orjson.dumps(memo_chatend_text(system_prompt, memo)),
+        b"}",
+    ))
+    return EncodedSnapshot(
+        raw, state.next_seq, _tail_since(state.transcript, since_version), _tail_since(state.events, since_version)
+    )
 
 
 def state_from_snapshot(data: dict[str, Any]) -> SessionState:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import orjson
 import pytest
 
 from core.engine import AgentMode, InMemoryJournal, SessionOptions, Snapshot
+from core.engine.snapshot import EncodedSnapshot
 from core.errors import CheckpointFailed, InvalidInput
 
 from .conftest import Recorder, SessionFactory
@@ -17,8 +21,13 @@ REQUIRED_FIELDS = {
 }
 
 
-async def _assert_round_trip(make_session: SessionFactory, snapshot: dict, **overrides) -> None:
-    wire = orjson.loads(orjson.dumps(snapshot))  # what a checkpoint consumer gets back
+def _wire(snapshot: Mapping[str, Any]) -> dict[str, Any]:
+    """What a checkpoint consumer gets back: the encoded bytes a callback received, parsed."""
+    return orjson.loads(snapshot.raw if isinstance(snapshot, EncodedSnapshot) else orjson.dumps(snapshot))
+
+
+async def _assert_round_trip(make_session: SessionFactory, snapshot: Mapping[str, Any], **overrides) -> None:
+    wire = _wire(snapshot)
     restored = await make_session(restored=wire, journal=InMemoryJournal(), **overrides)
     assert restored.snapshot() == snapshot
 
@@ -119,6 +128,37 @@ async def test_the_fast_snapshot_equals_the_validated_model_in_every_checkpoint(
     await session.begin_user_turn('/tool knowledge_search {"query": "x"}\nfind it', {}, checkpoint=recorder)
     await session.run_pending_turn("op-fast", recorder)
     assert len(recorder.snapshots) >= 4
+    assert session.snapshot() == _wire(recorder.snapshots[-1])
     for snap in recorder.snapshots:
-        assert snap == Snapshot.model_validate(snap).model_dump(mode="json")
-        assert orjson.loads(orjson.dumps(snap)) == snap
+        assert isinstance(snap, EncodedSnapshot)
+        wire = _wire(snap)
+        assert wire == Snapshot.model_validate(wire).model_dump(mode="json")
+        assert set(wire) == set(Snapshot.model_fields)
+
+
+@pytest.mark.rule("KS-20")
+async def test_encoded_snapshots_equal_a_full_build_through_growth_compaction_and_a_reopen(
+    make_session: SessionFactory,
+) -> None:
+    # KS-20: the spliced bytes (memoised per item) equal the full build at every step, also after
+    # context recovery rewrote the transcript and after a reopen from a snapshot (a fresh memo).
+    from core.engine import RuntimeModel
+
+    small = RuntimeModel(model="test-model", reasoning_effort="low", context_window_tokens=300)
+    session = await make_session(runtime=small)
+    seen: list[tuple[dict[str, Any], dict[str, Any], list[int]]] = []
+
+    async def check(snap: EncodedSnapshot) -> None:
+        seen.append((_wire(snap), session.snapshot(), [i["seq"] for i in snap.new_items + snap.new_events]))
+
+    for turn in range(12):
+        await session.begin_user_turn(f"message {turn} " + "words " * 20, {}, checkpoint=check)
+        await session.run_pending_turn(f"op-{turn}", check)
+        if turn == 6:
+            session = await make_session(runtime=small, restored=seen[-1][0], journal=InMemoryJournal())
+    assert any(item["kind"] == "summary" for item in seen[-1][0]["transcript"])  # compaction happened
+    versions = [0]
+    for wire, built, new_seqs in seen:
+        assert wire == built
+        assert all(seq >= versions[-1] for seq in new_seqs) and all(seq < wire["state_version"] for seq in new_seqs)
+        versions.append(wire["state_version"])
