@@ -95,7 +95,7 @@ class TurnstileService:
             s,
             self.subjects,
             self.publisher,
-            ManagerRecorder(self.manager),
+            ManagerRecorder(self.manager, on_created=self.engines.mark_new),
             self.inbox,
             self.actors.deliver,
         )

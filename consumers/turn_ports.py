@@ -13,8 +13,10 @@ class EngineFactory(Protocol):
 
     async def open(
         self, session_id: str, restored: dict[str, Any] | None, *, options: SessionOptions | None = None,
-        chat: dict[str, Any] | None = None,
+        chat: dict[str, Any] | None = None, new: bool = False,
     ) -> Session: ...
+
+    def take_new(self, session_id: str) -> bool: ...
 
     async def clear(self, session_id: str) -> None: ...
 

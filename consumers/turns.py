@@ -141,7 +141,9 @@ class TurnRunner:
         generation = self.generation
         if self._engine is not None and self._generation == generation:
             return self._engine
-        last = await self._pub.last_checkpoint(self.session_id)
+        # A session this process just created has no checkpoint of its generation and no journal.
+        new = self._engine is None and self._engines.take_new(self.session_id)
+        last = None if new else await self._pub.last_checkpoint(self.session_id)
         restored: dict[str, Any] | None = None
         self._checkpoint_seq = 0
         if last is not None:
@@ -155,7 +157,7 @@ class TurnRunner:
                 if cp.generation == generation:
                     restored = cp.snapshot
         self._engine = await self._engines.open(
-            self.session_id, restored, chat=chat_of(self._book, self.session_id, inbound)
+            self.session_id, restored, chat=chat_of(self._book, self.session_id, inbound), new=new
         )
         self._generation = generation
         self._version_seen = self._engine.state.next_seq

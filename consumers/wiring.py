@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -33,6 +35,8 @@ from schemas.wire import InboundMessage
 
 log = logging.getLogger(__name__)
 
+MAX_NEW_REMEMBERED = 100_000  # sessions created and not opened yet (see EngineSessions.mark_new)
+
 
 def to_incoming(message: InboundMessage) -> IncomingMessage:
     """Map the wire inbound model onto the core's IncomingMessage."""
@@ -62,12 +66,14 @@ def to_incoming(message: InboundMessage) -> IncomingMessage:
 class ManagerRecorder:
     """The inbound loop's view of the session manager (wire model in, core model to the manager)."""
 
-    def __init__(self, manager: SessionManager) -> None:
+    def __init__(self, manager: SessionManager, on_created: Callable[[str], None] | None = None) -> None:
         self._manager = manager
+        self._on_created = on_created
 
     async def record_inbound(self, message: InboundMessage) -> None:
-        await self._manager.record_inbound(to_incoming(message))
         sid = message.session_id
+        existed = sid is None or self._manager.get_session(sid) is not None
+        await self._manager.record_inbound(to_incoming(message))
         if sid is not None and message.source is None and self._manager.get_session(sid) is None:
             # No chat scope to file a room from (SM-3): keep the session as a record filed by id,
             # which a later native inbound with a chat scope backfills.
@@ -75,6 +81,8 @@ class ManagerRecorder:
                 await self._manager.ensure_session(sid)
             except Exception as exc:  # SM-17: a failure to record is a warning, never a rejection
                 log.warning("filing %s by id failed: %r", sid, exc)
+        if not existed and self._on_created is not None and self._manager.get_session(sid) is not None:
+            self._on_created(sid)  # type: ignore[arg-type]
 
     def generation_of(self, session_id: str) -> int:
         return self._manager.generation_of(session_id)
@@ -187,6 +195,9 @@ class EngineSessions:
 
     def __init__(self, settings: Settings, db: AsyncEngine, committer: GroupCommitter | None = None) -> None:
         self._settings = settings
+        # Sessions this process created (record_inbound) and has not opened yet: they have no
+        # journal and no checkpoint of their generation, so opening them reads neither.
+        self._new: OrderedDict[str, None] = OrderedDict()
         self.journal = SqlHistoryJournal(db, committer=committer)
         self.knowledge = SqlKnowledgeStore(db)
         self.provider = build_provider(settings)
@@ -206,11 +217,25 @@ class EngineSessions:
             options = options.with_changes(channel={"chat": dict(chat)})
         return options
 
+    def mark_new(self, session_id: str) -> None:
+        """``session_id`` was just created by this process: nothing of it is stored yet."""
+        self._new[session_id] = None
+        while len(self._new) > MAX_NEW_REMEMBERED:
+            self._new.popitem(last=False)  # forgetting only costs that session a full load
+
+    def take_new(self, session_id: str) -> bool:
+        """True once for a session ``mark_new`` saw and nothing opened since."""
+        return self._new.pop(session_id, False) is None
+
     async def open(
         self, session_id: str, restored: dict[str, Any] | None, *, options: SessionOptions | None = None,
-        chat: dict[str, Any] | None = None,
+        chat: dict[str, Any] | None = None, new: bool = False,
     ) -> Session:
-        """Open ``session_id``; ``restored`` (a snapshot) wins over ``options`` for accepted state."""
+        """Open ``session_id``; ``restored`` (a snapshot) wins over ``options`` for accepted state.
+
+        ``new``: the session was created by this process a moment ago (``take_new``), so its
+        journal is known to be empty and is not read.
+        """
         return await Session.open(
             session_id=session_id,
             system_prompt=self._settings.system_prompt,
@@ -224,6 +249,7 @@ class EngineSessions:
             take_policy=self.take_policy,
             history_reader=JournalHistoryReader(self.journal),
             leases=self.leases,
+            journal_empty=new,
         )
 
     async def clear(self, session_id: str) -> None:

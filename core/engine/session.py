@@ -101,6 +101,7 @@ class Session(SessionView):
         take_policy: TakePolicy | None = None,
         history_reader: HistoryReader | None = None,
         leases: LeaseRegistry | None = None,
+        journal_empty: bool = False,
     ) -> Session:
         """Create or reopen a session (KS-2).
 
@@ -109,7 +110,8 @@ class Session(SessionView):
         ``options``; journal entries newer than the snapshot are folded on top, so a
         crash between a journal write and its checkpoint loses nothing. ``runtime``
         and ``system_prompt`` always come from the caller. An ingress session stages
-        its source history on first open.
+        its source history on first open. ``journal_empty``: the caller knows the session
+        was created a moment ago with no history, so the journal is not read.
         """
         from core.engine.knowledge import InMemoryKnowledgeStore
 
@@ -126,7 +128,7 @@ class Session(SessionView):
             state.system_prompt_sha256 = prompt_sha
         else:
             state = _fresh_state(session_id, prompt_sha, runtime, options, iso(clock()))
-        for entry in await journal.load(session_id):
+        for entry in [] if journal_empty else await journal.load(session_id):
             if entry.seq < state.next_seq:
                 continue
             if entry.seq != state.next_seq:

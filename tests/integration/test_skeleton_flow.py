@@ -186,3 +186,42 @@ async def test_an_idle_actor_is_evicted_and_its_session_restored_from_the_last_c
         assert [r["text"] for r in replies.json()] == ["echo: first words", "echo: second words"]
     finally:
         await service.stop()
+
+
+@pytest.mark.rule("MQ-2", "MQ-3")
+async def test_a_session_created_here_opens_without_reads_and_a_known_one_is_restored(
+    settings: Settings, nc: Client, subjects: Subjects
+) -> None:
+    # MQ-2 / MQ-3: a session this process just filed has no journal and no checkpoint of its
+    # generation, so its first turn reads neither; a session that existed before this process
+    # started (a restart) is restored from its last checkpoint and answers with its history.
+    sid = f"new-{uuid.uuid4().hex[:6]}"
+    replies = await Collector().attach(nc, subjects.outbound("cli", sid))
+    svc = TurnstileService(settings)
+    await svc.start()
+    try:
+        assert svc.engines is not None
+        journal = svc.engines.journal
+        loads: list[str] = []
+        real_load = journal.load
+
+        async def counting_load(session_id: str):  # type: ignore[no-untyped-def]
+            loads.append(session_id)
+            return await real_load(session_id)
+
+        journal.load = counting_load  # type: ignore[method-assign]
+        await publish_inbound(nc, subjects, inbound(sid, "first"))
+        await wait_for(lambda: len(replies.messages) == 1, what="the first reply")
+        assert loads == []
+    finally:
+        await svc.stop()
+    svc = TurnstileService(settings)
+    await svc.start()
+    try:
+        await publish_inbound(nc, subjects, inbound(sid, "second"))
+        await wait_for(lambda: len(replies.messages) == 2, what="the reply after a restart")
+        last = await nc.jetstream().get_last_msg(subjects.checkpoint_stream, subjects.checkpoint(sid))
+        transcript = orjson.loads(last.data or b"{}")["snapshot"]["transcript"]
+        assert [i["payload"]["text"] for i in transcript if i["kind"] == "user_message"] == ["first", "second"]
+    finally:
+        await svc.stop()
