@@ -68,8 +68,9 @@ class GroupCommitter:
         queue = self._ensure_writer()
         done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         queue.put_nowait(_Queued(op, done))
-        # Shielded: a cancelled caller must not cancel a shared transaction; its write still lands.
-        result: T = await asyncio.shield(done)
+        # A cancelled caller cancels only its own future: the queued op still runs in the next
+        # group transaction (the writer never looks at the future before it settles it).
+        result: T = await done
         return result
 
     def _ensure_writer(self) -> asyncio.Queue[_Queued | None]:

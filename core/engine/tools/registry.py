@@ -62,6 +62,7 @@ class ToolRegistry:
 
     def __init__(self, tools: list[ToolDefinition] | None = None) -> None:
         self._tools: dict[str, ToolDefinition] = {}
+        self._specs: dict[tuple[str, bool], list[ToolSpec]] = {}  # specs_for, built once per (mode, work)
         for tool in tools or []:
             self.register(tool)
 
@@ -70,18 +71,27 @@ class ToolRegistry:
         if tool.name in self._tools:
             raise InvalidInput(f"tool {tool.name!r} is already registered")
         self._tools[tool.name] = tool
+        self._specs.clear()
 
     def get(self, name: str) -> ToolDefinition | None:
         """The tool, or None."""
         return self._tools.get(name)
 
     def specs_for(self, mode: str, *, has_work: bool) -> list[ToolSpec]:
-        """Tools offered to the model in ``mode`` (file tools only with a work binding), by name."""
-        return [
-            t.spec()
-            for t in sorted(self._tools.values(), key=lambda t: t.name)
-            if mode in t.modes and (has_work or not t.requires_work)
-        ]
+        """Tools offered to the model in ``mode`` (file tools only with a work binding), by name.
+
+        Asked at every model request, so the specs are built once per (mode, work) and shared:
+        callers get a fresh list of the same frozen specs.
+        """
+        key = (mode, has_work)
+        specs = self._specs.get(key)
+        if specs is None:
+            specs = self._specs[key] = [
+                t.spec()
+                for t in sorted(self._tools.values(), key=lambda t: t.name)
+                if mode in t.modes and (has_work or not t.requires_work)
+            ]
+        return list(specs)
 
     def authorise(self, name: str, mode: str) -> ToolDefinition:
         """The tool if ``mode`` may call it; NotFound / Forbidden otherwise."""
