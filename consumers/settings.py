@@ -40,6 +40,11 @@ class Settings(BaseSettings):
     # actors
     max_concurrent_turns: int = Field(256, gt=0, description="turns running at once across sessions")
     actor_idle_s: float = Field(300.0, gt=0, description="evict an idle session actor after this")
+    gc_threshold: int = Field(
+        50_000, ge=0,
+        description="allocations between young-generation garbage collections in a served process "
+        "(CPython's default 700 costs ~40% more CPU per message with many sessions; 0 keeps the default)",
+    )
     mid_turn_policy: str = Field("enqueue", pattern="^(enqueue|interrupt|reject)$", description="default for messages arriving mid-turn: enqueue, interrupt or reject")
 
     # ownership

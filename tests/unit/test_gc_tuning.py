@@ -1,0 +1,20 @@
+"""The served process tunes the cyclic garbage collector (TURNSTILE_GC_THRESHOLD)."""
+
+from __future__ import annotations
+
+import gc
+
+from consumers.cli import tune_gc
+
+
+def test_gc_threshold_is_applied_and_zero_keeps_the_interpreter_default() -> None:
+    before = gc.get_threshold()
+    try:
+        tune_gc(0)
+        assert gc.get_threshold() == before
+        tune_gc(12_345)
+        assert gc.get_threshold()[0] == 12_345
+        assert gc.get_freeze_count() > 0  # what lived at start-up is out of the collector's way
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
