@@ -58,7 +58,9 @@ class Settings(BaseSettings):
     outbound_max_age_s: float = Field(7 * 24 * 3600, gt=0, description="outbound stream max age")
     duplicate_window_s: float = Field(120.0, gt=0, description="JetStream duplicate window (inbound, outbound)")
     checkpoints_per_session: int = Field(
-        8, gt=0, description="checkpoints kept per session subject (the last restores; the journal keeps all)"
+        2, gt=0,
+        description="complete checkpoints kept per session subject for replay (the last restores; live "
+        "subscribers see every one; the journal and the events stream keep the whole history)",
     )
     stream_replicas: int = Field(1, gt=0, description="stream replicas (cluster deployments)")
 
