@@ -226,6 +226,6 @@ def workspace_to_json(workspace: WorkspaceRecord) -> JsonObject:
 
 
 def without_derived(record: SessionRecord) -> SessionRecord:
-    """The record as stored: derived ``children`` emptied."""
-    return replace(record, children=())
+    """The record as stored: derived ``children`` emptied (the record itself when it has none)."""
+    return replace(record, children=()) if record.children else record
 

@@ -1,7 +1,12 @@
 """The manager's in-memory table: records, children, places, workspaces and generations.
 
-Pure state with synchronous reads; it changes only through ``install`` of a
-``StoreChange`` that the repository has already written.
+Pure state with synchronous reads; it changes only through ``install`` (or
+``put``) of a change that the repository has already written or is writing.
+
+Records are frozen, so the table hands out the very objects it holds: each is
+kept with its derived ``kind`` and ``children`` already filled in, and a
+parent's record is rebuilt when a child comes or goes. Reads (the hot path of
+turn bookkeeping) therefore copy nothing.
 """
 
 from __future__ import annotations
@@ -45,19 +50,16 @@ class SessionTable:
         self._workspaces = {w.id: w for w in state.workspaces if w.id != DEFAULT_WORKSPACE_ID}
         self._generations = dict(state.generations)
         for record in sorted(state.sessions, key=lambda r: (r.created_at, r.id)):
-            self._put(record)
+            self.put(record)
 
     # -- reads ---------------------------------------------------------------
 
     def get(self, session_id: str) -> SessionRecord | None:
-        """The record with its current children, or None."""
-        record = self._records.get(session_id)
-        if record is None:
-            return None
-        return replace(record, children=tuple(self._children.get(session_id, ())))
+        """The record with its current children, or None (no copy: records are immutable)."""
+        return self._records.get(session_id)
 
     def raw(self, session_id: str) -> SessionRecord | None:
-        """The stored record without the children list filled (cheap, for rules)."""
+        """The same as ``get``; kept as the name the rules' lookups are written against."""
         return self._records.get(session_id)
 
     def __contains__(self, session_id: object) -> bool:
@@ -65,7 +67,7 @@ class SessionTable:
 
     def records(self) -> list[SessionRecord]:
         """Every record with children, in creation order."""
-        return [r for r in (self.get(i) for i in self._records) if r is not None]
+        return list(self._records.values())
 
     def filtered(self, parent_id: str | None, by_parent: bool, status: SessionStatus | None) -> list[SessionRecord]:
         """Records filtered by parent (when ``by_parent``; None = roots) and status."""
@@ -141,7 +143,7 @@ class SessionTable:
         for session_id in change.deleted_sessions:
             self._remove(session_id)
         for record in change.sessions:
-            self._put(record)
+            self.put(record)
         for key in change.deleted_places:
             self._places.pop(key, None)
         for place in change.places:
@@ -154,13 +156,24 @@ class SessionTable:
         for session_id, generation in change.generations:
             self._generations[session_id] = max(generation, self._generations.get(session_id, 0))
 
-    def _put(self, record: SessionRecord) -> None:
-        record = with_kind(replace(record, children=()))
-        if record.id not in self._records and record.parent_id is not None:
+    def put(self, record: SessionRecord) -> SessionRecord:
+        """Hold one written (or being written) record; returns it as held, kind and children derived.
+
+        A record read from the table and changed (``replace``/``evolved``) already carries the
+        right kind and children, so the common case stores the given object without a copy.
+        """
+        children = tuple(self._children.get(record.id, ()))
+        if record.children != children:
+            record = replace(record, children=children)
+        record = with_kind(record)
+        is_new = record.id not in self._records
+        self._records[record.id] = record
+        if is_new and record.parent_id is not None:
             siblings = self._children.setdefault(record.parent_id, [])
             if record.id not in siblings:
                 siblings.append(record.id)
-        self._records[record.id] = record
+                self._refresh_children(record.parent_id)
+        return record
 
     def _remove(self, session_id: str) -> None:
         record = self._records.pop(session_id, None)
@@ -170,4 +183,11 @@ class SessionTable:
                 siblings.remove(session_id)
                 if not siblings:
                     del self._children[record.parent_id]
+                self._refresh_children(record.parent_id)
+
+    def _refresh_children(self, parent_id: str) -> None:
+        """Rebuild the held parent record with its current children (when the parent is held)."""
+        parent = self._records.get(parent_id)
+        if parent is not None:
+            self._records[parent_id] = replace(parent, children=tuple(self._children.get(parent_id, ())))
 

@@ -61,12 +61,14 @@ class TurnLedger:
     async def _write_behind(
         self, session_id: str, change: Callable[[SessionRecord], SessionRecord], why: str
     ) -> SessionRecord | None:
-        """Change one record under the writer lock, write it outside the lock, then emit."""
-        async with self._writer.mutation():
-            record = self._table.raw(session_id)
-            if record is None:
-                return None
-            written = self._writer.apply_behind(change(record))
+        """Change one record under the writer lock, write it outside the lock, then emit.
+
+        ``session.updated`` is emitted for every call (SM-15 asks it for usage; the turn
+        changes carry ``last_turn``/``status`` to watchers), with the record as it now is.
+        """
+        written = await self._writer.change_behind(session_id, change)
+        if written is None:
+            return None
         try:
             await asyncio.shield(written)
         except Exception as exc:

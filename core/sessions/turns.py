@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from core.errors import InvalidInput
 from core.sessions.records import (
     LAST_TURN_ERROR_MAX_CHARS,
@@ -12,6 +10,7 @@ from core.sessions.records import (
     SessionRecord,
     TokenUsage,
     TurnOutcome,
+    evolved,
 )
 
 
@@ -27,7 +26,7 @@ def checked_outcome(outcome: str | None) -> TurnOutcome:
 
 def turn_started(record: SessionRecord, now: float) -> SessionRecord:
     """SM-16: a turn start makes the session ``active``."""
-    return replace(record, status="active", updated_at=now)
+    return evolved(record, status="active", updated_at=now)
 
 
 def turn_ended(
@@ -45,12 +44,17 @@ def turn_ended(
     is still ``active``, it becomes ``error`` (outcome error) or ``completed``.
     """
     kept_error = error[:LAST_TURN_ERROR_MAX_CHARS] if outcome == "error" and error else None
-    changed = replace(record, last_turn=LastTurn(outcome, ended_at, kept_error), updated_at=ended_at)
-    if outcome == "replied":
-        changed = replace(changed, last_reply_at=ended_at)
-    if not other_turns_running and changed.status == "active":
-        changed = replace(changed, status="error" if outcome == "error" else "completed")
-    return changed
+    status = record.status
+    if not other_turns_running and status == "active":
+        status = "error" if outcome == "error" else "completed"
+    # One copy for all fields: this runs at every turn end, on the hot path.
+    return evolved(
+        record,
+        last_turn=LastTurn(outcome, ended_at, kept_error),
+        updated_at=ended_at,
+        last_reply_at=ended_at if outcome == "replied" else record.last_reply_at,
+        status=status,
+    )
 
 
 def usage_added(record: SessionRecord, input_tokens: int, output_tokens: int) -> SessionRecord:
@@ -58,4 +62,4 @@ def usage_added(record: SessionRecord, input_tokens: int, output_tokens: int) ->
     if input_tokens < 0 or output_tokens < 0:
         raise InvalidInput("token counts cannot be negative")
     tokens = record.tokens or TokenUsage()
-    return replace(record, tokens=TokenUsage(tokens.input + input_tokens, tokens.output + output_tokens))
+    return evolved(record, tokens=TokenUsage(tokens.input + input_tokens, tokens.output + output_tokens))

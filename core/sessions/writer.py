@@ -57,8 +57,9 @@ class SessionWriter:
         self._lock = asyncio.Lock()
         self._outbox: list[tuple[str, SessionEventType, JsonObject]] = []
         self._deleting: dict[str, asyncio.Event] = {}
+        # Per session: its running write task, and the record (with its waiters' future) queued for it.
         self._behind: dict[str, asyncio.Future[None]] = {}
-        self._newest: dict[str, SessionRecord] = {}
+        self._queued: dict[str, tuple[SessionRecord, asyncio.Future[None]]] = {}
 
     def now(self) -> float:
         """The service clock, epoch seconds."""
@@ -97,40 +98,65 @@ class SessionWriter:
         """Install one record now and write it without holding the writer lock across the I/O.
 
         For turn bookkeeping, which changes a single existing record: many sessions' writes
-        can then share one group transaction instead of queueing behind one lock. Writes of
-        one record keep their order (each waits for the previous one), and every structural
-        ``apply`` first waits for all of them, so a deletion can never be overtaken.
+        can then share one group transaction instead of queueing behind one lock. Each session
+        has at most one write task (``_write_queued``), which writes the newest record it holds
+        until none is left: a record queued behind another write replaces the one waiting there
+        (it is the full, newer record, so the older one need not be written), and every caller
+        whose record was written or replaced shares the returned future, which settles when the
+        write carrying its change landed (or failed). This keeps one task per session instead of
+        one per write. Every structural ``apply`` first waits for these tasks, so a deletion can
+        never be overtaken by an older update.
         """
         if not self._lock.locked():
             raise RuntimeError("SessionWriter.apply_behind outside mutation()")
-        change = StoreChange(sessions=(record,))
-        self.table.install(change)
-        previous = self._behind.get(record.id)
-        self._newest[record.id] = record
-        task = asyncio.ensure_future(self._write_after(previous, change))
-        self._behind[record.id] = task
+        held = self.table.put(record)
+        session_id = held.id
+        queued = self._queued.get(session_id)
+        done = queued[1] if queued is not None else asyncio.get_running_loop().create_future()
+        self._queued[session_id] = (held, done)
+        if session_id not in self._behind:
+            self._behind[session_id] = asyncio.ensure_future(self._write_queued(session_id))
+        return done
 
-        def _forget(done: asyncio.Future[None], key: str = record.id) -> None:
-            if self._behind.get(key) is done:
-                del self._behind[key]
-            if not done.cancelled() and done.exception() is not None:
-                log.warning("writing session %s failed: %r", key, done.exception())
+    async def change_behind(
+        self, session_id: str, change: Callable[[SessionRecord], SessionRecord]
+    ) -> asyncio.Future[None] | None:
+        """Under the writer lock, ``apply_behind`` the changed held record; None when it is not held.
 
-        task.add_done_callback(_forget)
-        return task
+        The turn bookkeeping's whole locked step is synchronous and queues no events, so it takes
+        the bare lock rather than ``mutation()`` (whose outbox would always be empty here).
+        """
+        async with self._lock:
+            record = self.table.get(session_id)
+            if record is None:
+                return None
+            return self.apply_behind(change(record))
 
-    async def _write_after(self, previous: asyncio.Future[None] | None, change: StoreChange) -> None:
-        if previous is not None:
-            try:
-                await asyncio.shield(previous)
-            except Exception:
-                pass  # logged by its own callback; this write carries the newer full record anyway
-        record = change.sessions[0]
-        if self._newest.get(record.id) is not record:
-            return  # superseded while waiting: a newer full record of the session is being written
-        await self._repository.apply(change)
-        if self._newest.get(record.id) is record:
-            del self._newest[record.id]
+    async def _write_queued(self, session_id: str) -> None:
+        """The session's write task: write the queued record until no newer one waits."""
+        done: asyncio.Future[None] | None = None
+        try:
+            while (queued := self._queued.pop(session_id, None)) is not None:
+                record, done = queued
+                try:
+                    await self._repository.apply(StoreChange(sessions=(record,)))
+                except Exception as exc:
+                    # The next write of the session carries the full record anyway.
+                    log.warning("writing session %s failed: %r", session_id, exc)
+                    if not done.done():
+                        done.set_exception(exc)
+                        done.exception()  # logged above: not an "exception never retrieved"
+                else:
+                    if not done.done():
+                        done.set_result(None)
+        finally:
+            del self._behind[session_id]
+            # Only on cancellation can anything be left unsettled: release its waiters.
+            if done is not None and not done.done():
+                done.cancel()
+            left = self._queued.pop(session_id, None)
+            if left is not None:
+                left[1].cancel()
 
     async def settle_behind(self, session_ids: set[str] | None = None) -> None:
         """Wait until the writes started by ``apply_behind`` (of ``session_ids``, default all) landed."""

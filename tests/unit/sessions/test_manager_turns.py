@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+
 import pytest
 
 from core.errors import InvalidInput
 from core.sessions.manager import SessionManager
 from core.sessions.memory_repo import InMemorySessionRepository, RecordingEventSink
+from core.sessions.ports import StoreChange
 from core.sessions.records import LastTurn, TokenUsage
 
 from .conftest import FakeClock, ManagerFactory, new_id
@@ -118,3 +122,95 @@ async def test_tokens_sum_own_usage_without_touching_updated_at_and_persist(
     assert restarted.get_session(parent.id).tokens == TokenUsage(130, 25)  # type: ignore[union-attr]
     await restarted.delete_session(parent.id)
     assert parent.id not in repo.sessions
+
+
+def session_writes(repo: InMemorySessionRepository, session_id: str) -> int:
+    """How many stored changes wrote ``session_id``'s record."""
+    return sum(1 for change in repo.applied for r in change.sessions if r.id == session_id)
+
+
+@pytest.mark.rule("SM-15", "SM-16", "SM-32")
+async def test_bookkeeping_queued_behind_a_write_lands_as_the_newest_record_with_every_event(
+    manager: SessionManager, repo: InMemorySessionRepository, sink: RecordingEventSink
+) -> None:
+    # SM-15, SM-16, SM-32: writes queued behind one another share one write task; each call
+    # still returns after its change is stored, and each emits session.updated.
+    record = await manager.create_session()
+    sink.clear()
+    writes = session_writes(repo, record.id)
+    repo.gate = asyncio.Event()  # hold the first write in flight
+    calls = [
+        asyncio.ensure_future(manager.turn_started(record.id)),
+        asyncio.ensure_future(manager.add_usage(record.id, 5, 7)),
+        asyncio.ensure_future(manager.turn_ended(record.id, "replied", None, 40.0)),
+    ]
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not any(c.done() for c in calls)  # none returns before its change is stored
+    repo.gate.set()
+    results = await asyncio.gather(*calls)
+    assert all(r is not None for r in results)
+    stored = repo.sessions[record.id]
+    assert stored.status == "completed" and stored.tokens == TokenUsage(5, 7) and stored.last_reply_at == 40.0
+    assert 1 <= session_writes(repo, record.id) - writes < 3  # queued records were carried by newer ones
+    assert sink.pairs() == [(record.id, "session.updated")] * 3
+    assert [e.payload["change"] for e in sink.events] == ["turn_started", "usage", "turn_ended"]
+
+
+@pytest.mark.rule("SM-21")
+async def test_a_deletion_is_never_overtaken_by_an_older_bookkeeping_write(
+    manager: SessionManager, repo: InMemorySessionRepository
+) -> None:
+    # SM-21: the deletion waits for the session's queued writes, so its row stays deleted.
+    record = await manager.create_session()
+    hold = asyncio.Event()
+    write = repo.apply
+
+    async def held_updates(change: StoreChange) -> None:
+        if change.sessions:  # hold the bookkeeping writes, not the deletion
+            await hold.wait()
+        await write(change)
+
+    repo.apply = held_updates  # type: ignore[method-assign]
+    started = asyncio.ensure_future(manager.turn_started(record.id))
+    usage = asyncio.ensure_future(manager.add_usage(record.id, 1, 1))
+    await asyncio.sleep(0)
+    deletion = asyncio.ensure_future(manager.delete_session(record.id))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not deletion.done()  # waiting for the older writes
+    hold.set()
+    await asyncio.gather(started, usage, deletion)
+    assert record.id not in repo.sessions and manager.get_session(record.id) is None
+    assert await manager.turn_ended(record.id, "replied", None, 1.0) is None
+
+
+@pytest.mark.rule("SM-15")
+async def test_a_failed_bookkeeping_write_is_a_warning_and_the_next_write_carries_it(
+    manager: SessionManager, repo: InMemorySessionRepository, caplog: pytest.LogCaptureFixture
+) -> None:
+    # SM-15
+    record = await manager.create_session()
+    repo.fail_writes = True
+    with caplog.at_level(logging.WARNING):
+        usage = await manager.add_usage(record.id, 3, 4)
+    assert usage is not None and usage.tokens == TokenUsage(3, 4)
+    assert any(r.levelno == logging.WARNING and record.id in r.getMessage() for r in caplog.records)
+    repo.fail_writes = False
+    await manager.turn_started(record.id)
+    assert repo.sessions[record.id].tokens == TokenUsage(3, 4) and repo.sessions[record.id].status == "active"
+
+
+@pytest.mark.rule("SM-34")
+async def test_reads_hand_out_the_held_record_with_its_current_children(manager: SessionManager) -> None:
+    # SM-34: records are immutable, so reads copy nothing; a parent's children follow its children.
+    parent = await manager.create_session()
+    assert manager.get_session(parent.id) is manager.get_session(parent.id)
+    first = await manager.create_child_session(parent.id)
+    second = await manager.create_child_session(parent.id)
+    await manager.turn_started(parent.id)
+    assert manager.get_session(parent.id).children == (first.id, second.id)  # type: ignore[union-attr]
+    await manager.delete_session(first.id)
+    held = manager.get_session(parent.id)
+    assert held is not None and held.children == (second.id,) and held.status == "active"
+    assert [r.children for r in manager.list_sessions(parent_id=None)] == [(second.id,)]
