@@ -8,8 +8,10 @@ import time
 from typing import Any
 
 import orjson
+from nats.aio.client import Client
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from nats.js.errors import APIError, NotFoundError
+from nats.js.errors import APIError, NoStreamResponseError, NotFoundError
 
 from core.errors import CheckpointFailed
 from schemas.subjects import Subjects
@@ -18,15 +20,71 @@ from schemas.wire import DeadLetter, ErrorBody, OutboundReply
 log = logging.getLogger(__name__)
 
 WRONG_LAST_SEQUENCE = 10071
+NO_RESPONDERS = "503"
+
+
+class StreamAcks:
+    """JetStream publishes whose acks arrive on one reply subscription, matched by a counter.
+
+    What ``JetStreamContext.publish_async`` does, without its per-publish costs on this hot
+    path (a semaphore wait wrapped in a task and random bytes for every reply token; a
+    turn makes ~10 publishes): one wildcard inbox, an integer token per publish, the ack
+    parsed with orjson into the stream sequence. Errors are nats-py's own (``APIError``
+    with the server's ``err_code``; ``NoStreamResponseError`` when no stream listens).
+    """
+
+    def __init__(self, nc: Client) -> None:
+        self._nc = nc
+        self._prefix = ""
+        self._next = 0
+        self._waiting: dict[str, asyncio.Future[int]] = {}
+
+    async def _ensure_inbox(self) -> None:
+        if not self._prefix:
+            prefix = f"{self._nc.new_inbox()}."
+            await self._nc.subscribe(prefix + "*", cb=self._on_reply)
+            self._prefix = prefix
+
+    async def send(self, subject: str, payload: bytes, headers: dict[str, str] | None = None) -> asyncio.Future[int]:
+        """Publish now; the future resolves to the stored message's stream sequence."""
+        await self._ensure_inbox()
+        self._next += 1
+        token = str(self._next)
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._waiting[token] = future
+        future.add_done_callback(lambda _f, t=token: self._waiting.pop(t, None))
+        await self._nc.publish(subject, payload, reply=self._prefix + token, headers=headers)
+        return future
+
+    async def _on_reply(self, msg: Msg) -> None:
+        future = self._waiting.get(msg.subject[len(self._prefix):])
+        if future is None or future.done():
+            return
+        if msg.headers and msg.headers.get("Status") == NO_RESPONDERS:
+            future.set_exception(NoStreamResponseError())
+            return
+        try:
+            ack = orjson.loads(msg.data)
+        except orjson.JSONDecodeError as exc:
+            future.set_exception(exc)
+            return
+        if "error" in ack:
+            try:
+                APIError.from_error(ack["error"])  # raises the matching nats-py error
+            except APIError as exc:
+                future.set_exception(exc)
+        else:
+            future.set_result(int(ack.get("seq", 0)))
 
 
 class Publisher:
-    """Thin JetStream publisher; every publish awaits the stream's ack."""
+    """Thin JetStream publisher: checkpoints await their ack; events and replies are pipelined."""
 
-    def __init__(self, js: JetStreamContext, subjects: Subjects, timeout_s: float = 10.0) -> None:
+    def __init__(self, nc: Client, js: JetStreamContext, subjects: Subjects, timeout_s: float = 10.0) -> None:
         self.js = js
         self.subjects = subjects
         self.timeout_s = timeout_s
+        self._acks = StreamAcks(nc)
         self._pending: set[asyncio.Future[Any]] = set()
 
     async def _publish_pipelined(
@@ -34,7 +92,7 @@ class Publisher:
     ) -> asyncio.Future[Any]:
         """Send now, collect the ack later (``settle``): publishes keep their order on the connection
         and a turn does not wait one broker round trip (and fsync) per event."""
-        future = await self.js.publish_async(subject, payload, headers=headers)
+        future = await self._acks.send(subject, payload, headers)
         self._pending.add(future)
         future.add_done_callback(self._on_ack)
         return future
@@ -73,9 +131,9 @@ class Publisher:
         if expected_last_seq is not None:
             headers = {"Nats-Expected-Last-Subject-Sequence": str(expected_last_seq)}
         try:
-            ack = await self.js.publish(
-                self.subjects.checkpoint(session_id), payload, timeout=self.timeout_s, headers=headers
-            )
+            acked = await self._acks.send(self.subjects.checkpoint(session_id), payload, headers)
+            async with asyncio.timeout(self.timeout_s):
+                seq = await acked
         except APIError as exc:
             if exc.err_code == WRONG_LAST_SEQUENCE:
                 raise CheckpointFailed(
@@ -84,7 +142,7 @@ class Publisher:
             raise CheckpointFailed(f"checkpoint for {session_id!r} refused by the broker: {exc}") from exc
         except Exception as exc:
             raise CheckpointFailed(f"checkpoint for {session_id!r} not acknowledged: {exc!r}") from exc
-        return int(ack.seq)
+        return seq
 
     async def last_checkpoint(self, session_id: str) -> tuple[int, bytes] | None:
         """The newest checkpoint of a session as (subject sequence, payload), or None."""

@@ -64,7 +64,7 @@ class TurnstileService:
         self.db = create_engine(s.database_url)
         await migrate(self.db)
         await ensure_streams(self.js, s, self.subjects)
-        self.publisher = Publisher(self.js, self.subjects)
+        self.publisher = Publisher(self.broker.connection, self.js, self.subjects)
         self.committer = GroupCommitter(self.db)
         self.inbox = SqlInbox(self.db, self.committer)
         self.inbox.start(retention_s=s.inbound_max_age_s)
