@@ -61,7 +61,20 @@ async def run_turn(session: Session, checkpoint: Checkpoint) -> str | None:
         await recover_context(session, checkpoint)
         response = await session.guarded(session.provider.complete(_request(session)))
         session.last_usage = session.last_usage + response.usage
-        await session.commit([session.draft(EntryKind.AGENT_MESSAGE, _response_payload(session, response))], checkpoint)
+        drafts = [session.draft(EntryKind.AGENT_MESSAGE, _response_payload(session, response))]
+        if _final_reply(session, response):
+            # A conversation's final answer and the end of its turn are one durable step:
+            # journaled together, one checkpoint (transition ``turn_ended``) instead of two.
+            drafts.append(session.draft(EntryKind.EVENT, {"type": "turn_ended", "outcome": "replied"}))
+            await session.commit(drafts, checkpoint)
+            return state.turn.answer or None
+        await session.commit(drafts, checkpoint)
+
+
+def _final_reply(session: Session, response: ModelResponse) -> bool:
+    """The response answers a conversation turn with something to deliver (no tool calls)."""
+    state = session.state
+    return state.mode.is_conversation and not response.tool_calls and bool(response.text or state.turn.outputs)
 
 
 def _request(session: Session) -> ModelRequest:
