@@ -90,6 +90,7 @@ class SessionActor:
                         await self._serve(item)
                     else:
                         await self.runner.handle(item.staged, item.inbound)
+                    await self.runner.settle_checkpoints()  # no checkpoint stays unacknowledged between items
                 except asyncio.CancelledError:
                     if isinstance(item, Command) and not item.result.done():
                         item.result.set_exception(Unavailable("the service is shutting down"))
@@ -110,6 +111,7 @@ class SessionActor:
 
         try:
             value = await command.run(self.runner, reply)
+            await self.runner.settle_checkpoints()  # the command's checkpoints are stored before it answers
         except asyncio.CancelledError:
             raise
         except Exception as exc:

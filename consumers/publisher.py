@@ -127,13 +127,26 @@ class Publisher:
 
         Returns the new subject sequence. Raises CheckpointFailed on any failure.
         """
+        acked = await self.send_checkpoint(session_id, payload, expected_last_seq)
+        return await self.checkpoint_acked(session_id, acked, expected_last_seq)
+
+    async def send_checkpoint(
+        self, session_id: str, payload: bytes, expected_last_seq: int | None
+    ) -> asyncio.Future[int]:
+        """Send a checkpoint fenced on ``expected_last_seq``; ``checkpoint_acked`` awaits its ack."""
         headers = None
         if expected_last_seq is not None:
             headers = {"Nats-Expected-Last-Subject-Sequence": str(expected_last_seq)}
         try:
-            acked = await self._acks.send(self.subjects.checkpoint(session_id), payload, headers)
+            return await self._acks.send(self.subjects.checkpoint(session_id), payload, headers)
+        except Exception as exc:
+            raise CheckpointFailed(f"checkpoint for {session_id!r} not sent: {exc!r}") from exc
+
+    async def checkpoint_acked(self, session_id: str, acked: asyncio.Future[int], expected_last_seq: int | None) -> int:
+        """The stored checkpoint's subject sequence; CheckpointFailed if the broker refused or never answered."""
+        try:
             async with asyncio.timeout(self.timeout_s):
-                seq = await acked
+                return await acked
         except APIError as exc:
             if exc.err_code == WRONG_LAST_SEQUENCE:
                 raise CheckpointFailed(
@@ -142,7 +155,6 @@ class Publisher:
             raise CheckpointFailed(f"checkpoint for {session_id!r} refused by the broker: {exc}") from exc
         except Exception as exc:
             raise CheckpointFailed(f"checkpoint for {session_id!r} not acknowledged: {exc!r}") from exc
-        return seq
 
     async def last_checkpoint(self, session_id: str) -> tuple[int, bytes] | None:
         """The newest checkpoint of a session as (subject sequence, payload), or None."""

@@ -25,6 +25,7 @@ from typing import Any
 
 import orjson
 
+from consumers.checkpoints import CheckpointChain
 from consumers.finisher import TurnFinisher
 from consumers.publisher import Publisher
 from consumers.transitions import transition_of
@@ -44,6 +45,8 @@ MAX_ERROR_CHARS = 200
 BUSY_REASON = "busy"
 POLICIES = tuple(p.value for p in MidTurnPolicy)
 FINISHED_REMEMBERED = 256
+# Checkpoints of these steps are stored before the engine goes on: a tool runs next.
+BARRIER_STEPS = frozenset({"model_response", "tool_call"})
 
 
 class TurnRunner:
@@ -69,7 +72,7 @@ class TurnRunner:
         self.mid_turn_policy = mid_turn_policy
         self._engine: Session | None = None
         self._generation: int | None = None
-        self._checkpoint_seq: int | None = None
+        self._checkpoints = CheckpointChain(session_id, publisher)
         self._version_seen = 0
         self._operation: str | None = None
         self._stop_reason: str | None = None
@@ -121,7 +124,7 @@ class TurnRunner:
         """Forget the loaded session; the next item restores it from its last checkpoint."""
         self._engine = None
         self._generation = None
-        self._checkpoint_seq = None
+        self._checkpoints.reset(None)
 
     async def stop_running_turn(self) -> None:
         """Cancel the running turn, if any (deletion stops it before the data clear)."""
@@ -145,10 +148,10 @@ class TurnRunner:
         new = self._engine is None and self._engines.take_new(self.session_id)
         last = None if new else await self._pub.last_checkpoint(self.session_id)
         restored: dict[str, Any] | None = None
-        self._checkpoint_seq = 0
+        self._checkpoints.reset(0)  # fenced on "no checkpoint yet" unless one is found
         if last is not None:
             seq, payload = last
-            self._checkpoint_seq = seq
+            self._checkpoints.reset(seq)
             try:
                 cp = Checkpoint.model_validate(orjson.loads(payload))
             except Exception as exc:
@@ -181,17 +184,20 @@ class TurnRunner:
             # splices memoised per-item JSON) and is not parsed again: the envelope is spliced around it.
             if not isinstance(snapshot, EncodedSnapshot):
                 raise TypeError("checkpoints are published through Session.publish (an EncodedSnapshot)")
+            step = transition or transition_of(snapshot, self._version_seen)
             envelope = orjson.dumps({
                 "session_id": self.session_id,
                 "generation": self._generation,
                 "format_version": FORMAT_VERSION,
                 "state_version": snapshot.state_version,
-                "transition": transition or transition_of(snapshot, self._version_seen),
+                "transition": step,
                 "inbound_id": inbound_id,
                 "at": time.time(),
             })
-            self._checkpoint_seq = await self._pub.checkpoint(
-                self.session_id, b"".join((envelope[:-1], b',"snapshot":', snapshot.raw, b"}")), self._checkpoint_seq
+            # Sent now, fenced on the previous checkpoint; its ack is awaited before the next
+            # one, a tool call, a reply or the end of the item (consumers/checkpoints.py).
+            await self._checkpoints.publish(
+                b"".join((envelope[:-1], b',"snapshot":', snapshot.raw, b"}")), barrier=step in BARRIER_STEPS
             )
             self._version_seen = snapshot.state_version
 
@@ -260,6 +266,7 @@ class TurnRunner:
         if outcome == "replied":
             await self._deliver_outputs(staged, inbound, engine)
         await self.turn_ended(engine, outcome, error, inbound_id=inbound.id)
+        await self._checkpoints.settle()
         # The replies and events were pipelined and the bookkeeping writes run behind: the
         # message is finished (inbox mark) once all of them landed, while the actor goes on.
         unsettled, self._unsettled = self._unsettled, []
@@ -280,6 +287,10 @@ class TurnRunner:
             await self._deliver_previous(staged, inbound, engine, ext_id, sink)
 
         self._finisher.spawn(staged, unsettled, behind, republish)
+
+    async def settle_checkpoints(self) -> None:
+        """Wait until the last checkpoint sent is stored (before replies, at the end of every item)."""
+        await self._checkpoints.settle()
 
     async def wait_finished(self) -> None:
         """Wait until every finished turn's publishes and writes have landed (tests, shutdown)."""
@@ -407,6 +418,8 @@ class TurnRunner:
         self, platform: str, generation: int, reply_to: str, external_event_id: str | None, turn_id: str, seq: int,
         text: str, objects: list[dict[str, Any]], sink: list[asyncio.Future[Any]] | None = None,
     ) -> None:
+        if sink is None:  # a new answer: the checkpoint holding it is stored before the reply goes out
+            await self._checkpoints.settle()
         reply = OutboundReply(
             session_id=self.session_id,
             generation=generation,

@@ -20,6 +20,7 @@ class RecordingRunner:
         self.log: list[str] = []
         self.running = 0
         self.max_running = 0
+        self.settled = 0  # checkpoint acks awaited after every item: nothing unacknowledged between items
 
     def notice_arrival(self, inbound: Any, *, busy: bool) -> MidTurnAction:
         return MidTurnAction.ENQUEUE
@@ -29,6 +30,9 @@ class RecordingRunner:
 
     async def wait_finished(self) -> None:
         return None
+
+    async def settle_checkpoints(self) -> None:
+        self.settled += 1
 
     def request_stop(self, reason: str) -> None:
         self.log.append(f"stop:{reason}")
@@ -76,6 +80,7 @@ async def test_a_command_waits_for_the_running_item_then_goes_before_queued_mess
     assert await pending == "done"
     await registry.join(timeout_s=5)
     assert runner.log == ["message:m1", "command", "message:m2"]
+    assert runner.settled >= 3
     assert runner.max_running == 1
     await registry.close()
 

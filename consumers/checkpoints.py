@@ -1,0 +1,74 @@
+"""A session's checkpoint chain: each checkpoint fenced on the one before, acks awaited late.
+
+Every durable step of a turn publishes a complete checkpoint (MQ-3, KS-10), fenced with
+``Nats-Expected-Last-Subject-Sequence`` on the previous checkpoint's sequence so a stale
+owner's write is refused. Waiting for each ack right after sending put a broker round
+trip (and fsync) on the turn's path at every step. The chain sends a checkpoint at once
+and waits for its ack only when the sequence is needed — just before the next checkpoint
+is sent (its fence) — or when the next thing is an effect outside turnstile: a tool runs
+(``barrier``), a reply is published, or the item ends (``settle``). Between two steps the
+ack arrives while the engine calls the model and journals the next step.
+
+Nothing is delayed for subscribers: every checkpoint is on the wire when its step is
+journaled. A refused or unanswered checkpoint raises ``CheckpointFailed`` at the next
+``publish`` or ``settle``, and the runner reloads from the last stored checkpoint plus the
+journal (the journal, committed before each checkpoint, is the write-ahead record).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Protocol
+
+
+class CheckpointPublisher(Protocol):
+    async def send_checkpoint(
+        self, session_id: str, payload: bytes, expected_last_seq: int | None
+    ) -> asyncio.Future[int]: ...
+
+    async def checkpoint_acked(
+        self, session_id: str, acked: asyncio.Future[int], expected_last_seq: int | None
+    ) -> int: ...
+
+
+class CheckpointChain:
+    """One session's fence (the last stored sequence) and its checkpoint still awaiting an ack."""
+
+    def __init__(self, session_id: str, publisher: CheckpointPublisher) -> None:
+        self._session_id = session_id
+        self._pub = publisher
+        self._inflight: tuple[asyncio.Future[int], int | None] | None = None
+        self.seq: int | None = None  # subject sequence of the last acknowledged checkpoint
+
+    def reset(self, seq: int | None) -> None:
+        """Continue from the stored checkpoint at ``seq`` (after a load); an unacked one is dropped."""
+        self._drop_inflight()
+        self.seq = seq
+
+    async def publish(self, payload: bytes, *, barrier: bool = False) -> None:
+        """Send ``payload`` fenced on the previous checkpoint (whose ack is awaited first)."""
+        await self.settle()
+        acked = await self._pub.send_checkpoint(self._session_id, payload, self.seq)
+        acked.add_done_callback(_retrieve)
+        self._inflight = (acked, self.seq)
+        if barrier:
+            await self.settle()
+
+    async def settle(self) -> None:
+        """Wait for the checkpoint in flight; raises CheckpointFailed if it was not stored."""
+        if self._inflight is None:
+            return
+        acked, fence = self._inflight
+        self._inflight = None
+        self.seq = await self._pub.checkpoint_acked(self._session_id, acked, fence)
+
+    def _drop_inflight(self) -> None:
+        if self._inflight is not None:
+            self._inflight[0].cancel()
+            self._inflight = None
+
+
+def _retrieve(future: asyncio.Future[int]) -> None:
+    """A dropped checkpoint's failure is not an error of its own (the reload handles it)."""
+    if not future.cancelled():
+        future.exception()

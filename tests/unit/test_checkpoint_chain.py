@@ -1,0 +1,96 @@
+"""The checkpoint chain: every checkpoint fenced on the previous one, acks awaited late (MQ-3)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from consumers.checkpoints import CheckpointChain
+from core.errors import CheckpointFailed
+
+
+class FakeBroker:
+    """Stores checkpoints of one subject; refuses a fence that is not the last stored sequence."""
+
+    def __init__(self) -> None:
+        self.last = 0
+        self.sent: list[tuple[bytes, int | None]] = []
+        self.pending: list[tuple[asyncio.Future[int], bytes, int | None]] = []
+
+    async def send_checkpoint(self, session_id: str, payload: bytes, expected: int | None) -> asyncio.Future[int]:
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self.sent.append((payload, expected))
+        self.pending.append((future, payload, expected))
+        return future
+
+    def ack_all(self) -> None:
+        for future, _payload, expected in self.pending:
+            if expected is not None and expected != self.last:
+                future.set_exception(CheckpointFailed("wrong last sequence"))
+            else:
+                self.last += 10
+                future.set_result(self.last)
+        self.pending.clear()
+
+    async def checkpoint_acked(self, session_id: str, acked: asyncio.Future[int], expected: int | None) -> int:
+        return await acked
+
+
+@pytest.mark.rule("MQ-3")
+async def test_each_checkpoint_is_sent_at_once_and_fenced_on_the_previous_ones_ack() -> None:
+    # MQ-3: checkpoints go out when their step is journaled; the next one waits for the
+    # previous ack only to learn its fence, so a turn's steps overlap the broker round trips.
+    broker = FakeBroker()
+    chain = CheckpointChain("s", broker)
+    chain.reset(0)
+    await chain.publish(b"one")
+    assert broker.sent == [(b"one", 0)]  # sent, not yet acknowledged
+    second = asyncio.ensure_future(chain.publish(b"two"))
+    await asyncio.sleep(0)
+    assert not second.done() and len(broker.sent) == 1  # waits for the first ack (its fence)
+    broker.ack_all()
+    await second
+    assert broker.sent == [(b"one", 0), (b"two", 10)]
+    settling = asyncio.ensure_future(chain.settle())
+    await asyncio.sleep(0)
+    assert not settling.done()
+    broker.ack_all()
+    await settling
+    assert chain.seq == 20
+
+
+@pytest.mark.rule("MQ-3")
+async def test_a_refused_checkpoint_fails_the_next_step_and_a_barrier_waits_for_its_ack() -> None:
+    # MQ-3: a stale owner's checkpoint is refused by the fence; the refusal surfaces before
+    # anything else is published, and before a tool runs (barrier) the checkpoint is stored.
+    broker = FakeBroker()
+    broker.last = 50  # another owner wrote since this one loaded
+    chain = CheckpointChain("s", broker)
+    chain.reset(0)
+    await chain.publish(b"stale")
+    broker.ack_all()
+    with pytest.raises(CheckpointFailed):
+        await chain.publish(b"next")
+    assert [p for p, _ in broker.sent] == [b"stale"]
+
+    chain.reset(50)
+    barrier = asyncio.ensure_future(chain.publish(b"before a tool", barrier=True))
+    await asyncio.sleep(0)
+    assert not barrier.done()
+    broker.ack_all()
+    await barrier
+    assert chain.seq == 60
+
+
+@pytest.mark.rule("MQ-3")
+async def test_reset_drops_an_unacknowledged_checkpoint() -> None:
+    # MQ-3: after a reload the chain continues from the stored sequence, not from a lost send.
+    broker = FakeBroker()
+    chain = CheckpointChain("s", broker)
+    chain.reset(0)
+    await chain.publish(b"lost")
+    chain.reset(30)
+    await chain.settle()  # nothing in flight any more
+    await chain.publish(b"after reload")
+    assert broker.sent[-1] == (b"after reload", 30)
