@@ -59,8 +59,15 @@ class CheckpointChain:
         if self._inflight is None:
             return
         acked, fence = self._inflight
+        try:
+            # Shielded: a cancelled waiter (shutdown) leaves the ack to the next ``settle``.
+            self.seq = await self._pub.checkpoint_acked(self._session_id, asyncio.shield(acked), fence)
+        except asyncio.CancelledError:
+            raise
+        except BaseException:
+            self._inflight = None  # refused or unanswered: reported once; the runner reloads
+            raise
         self._inflight = None
-        self.seq = await self._pub.checkpoint_acked(self._session_id, acked, fence)
 
     def _drop_inflight(self) -> None:
         if self._inflight is not None:

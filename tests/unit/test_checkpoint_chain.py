@@ -94,3 +94,20 @@ async def test_reset_drops_an_unacknowledged_checkpoint() -> None:
     await chain.settle()  # nothing in flight any more
     await chain.publish(b"after reload")
     assert broker.sent[-1] == (b"after reload", 30)
+
+
+@pytest.mark.rule("MQ-3")
+async def test_a_cancelled_wait_keeps_the_ack_for_the_next_settle() -> None:
+    # MQ-3: cancelling the task that waits (shutdown) does not lose the sequence of what was sent.
+    broker = FakeBroker()
+    chain = CheckpointChain("s", broker)
+    chain.reset(0)
+    await chain.publish(b"sent")
+    waiting = asyncio.ensure_future(chain.settle())
+    await asyncio.sleep(0)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    broker.ack_all()
+    await chain.settle()
+    assert chain.seq == 10
