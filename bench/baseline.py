@@ -85,10 +85,23 @@ async def run(nats_url: str, prefix: str, shape: PublishShape, max_s: float) -> 
     go_msg.cancel()
     stopped.cancel()
 
+    processed = 0
+    silent = 0
     while not stop.is_set():
         try:
             msgs = await psub.fetch(settings.fetch_batch, timeout=settings.fetch_timeout_s)
         except (NatsTimeoutError, TimeoutError):  # nats-py raises either when a fetch times out
+            # Like the service (consumers/inbound.py): a pull subscription can go silent while the
+            # consumer has messages (nats.py #504); after two silent fetches, check and bind afresh.
+            silent += 1
+            if silent >= 2:
+                silent = 0
+                info = await js.consumer_info(subjects.inbound_stream, settings.consumer_name)
+                if info.num_pending:
+                    print(f"fetch silent with {info.num_pending} pending after {processed} messages; binding afresh",
+                          file=sys.stderr, flush=True)
+                    await psub.unsubscribe()
+                    psub = await js.pull_subscribe_bind(durable=settings.consumer_name, stream=subjects.inbound_stream)
             continue
         except Exception as exc:  # a closed connection at shutdown
             if stop.is_set():
@@ -132,6 +145,9 @@ async def run(nats_url: str, prefix: str, shape: PublishShape, max_s: float) -> 
                 )
         await asyncio.gather(*publishes)
         await asyncio.gather(*(m.ack() for m in msgs))
+        silent = 0
+        processed += len(msgs)
+    print(f"baseline processed {processed} messages", flush=True)
     try:
         await asyncio.wait_for(nc.close(), 5)
     except Exception as exc:
