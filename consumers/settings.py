@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from typing import Literal
+
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -40,6 +42,11 @@ class Settings(BaseSettings):
     # actors
     max_concurrent_turns: int = Field(256, gt=0, description="turns running at once across sessions")
     actor_idle_s: float = Field(300.0, gt=0, description="evict an idle session actor after this")
+    sqlite_synchronous: Literal["NORMAL", "FULL"] = Field(
+        "NORMAL",
+        description="SQLite commits: NORMAL survives a killed process; FULL (an fsync per group commit, "
+        "~20-25% fewer msg/s measured) also survives an OS crash or power loss, like nats.conf's sync_interval",
+    )
     gc_threshold: int = Field(
         50_000, ge=0,
         description="allocations between young-generation garbage collections in a served process "

@@ -9,14 +9,15 @@ as with its own transaction. While one transaction commits, the next batch
 gathers, so batches grow with load. If a batch fails, its operations are
 retried one by one, so one bad write cannot fail its neighbours.
 
-On SQLite the transaction runs on the event loop's own thread, on a dedicated
-synchronous connection: a group of small inserts and upserts in WAL mode costs
+On SQLite (``synchronous=NORMAL``, the default) the transaction runs on the
+event loop's own thread, on a dedicated synchronous connection: a group of small inserts and upserts in WAL mode costs
 ~0.1 ms there, while a hand-off to a writer thread cost ~0.5–0.8 ms per
 transaction under load (thread wake-ups and the GIL passed back and forth), on
 the critical path of every turn. The loop never waits for SQLite's write lock:
 if another connection holds it, that transaction runs in a thread that waits
 (busy timeout) instead. The WAL is checkpointed by a thread in the background
-every ``WAL_CHECKPOINT_EVERY`` transactions, never by a commit. Elsewhere
+every ``WAL_CHECKPOINT_EVERY`` transactions, never by a commit. With
+``synchronous=FULL`` (each commit fsyncs) transactions always run in the thread. Elsewhere
 (PostgreSQL) the transaction runs on the async engine via ``run_sync``.
 """
 
@@ -58,8 +59,12 @@ def _run_all(conn: Connection, ops: list[Operation]) -> list[Any]:
 class GroupCommitter:
     """One writer per engine; ``run(op)`` returns op's result once its transaction committed."""
 
-    def __init__(self, engine: AsyncEngine, max_batch_ops: int = DEFAULT_MAX_BATCH_OPS) -> None:
+    def __init__(
+        self, engine: AsyncEngine, max_batch_ops: int = DEFAULT_MAX_BATCH_OPS, *, sqlite_synchronous: str = "NORMAL"
+    ) -> None:
         self._engine = engine
+        # With synchronous=FULL every commit fsyncs: those run in the thread, never on the loop.
+        self._inline = sqlite_synchronous == "NORMAL"
         self._max_batch_ops = max_batch_ops
         self._queue: asyncio.Queue[_Queued | None] | None = None
         self._writer: asyncio.Task[None] | None = None
@@ -67,7 +72,7 @@ class GroupCommitter:
         self._sync_engine: Engine | None = None
         self._thread: ThreadPoolExecutor | None = None
         if engine.dialect.name == "sqlite":
-            self._sync_engine = create_sqlite_writer_engine(engine)
+            self._sync_engine = create_sqlite_writer_engine(engine, sqlite_synchronous)
             self._thread = ThreadPoolExecutor(1, thread_name_prefix="sqlite-writer")
         self.transactions = 0
         self.operations = 0
@@ -143,12 +148,15 @@ class GroupCommitter:
     async def _transaction(self, ops: list[Operation]) -> list[Any]:
         if self._sync_engine is not None and self._thread is not None:
             loop = asyncio.get_running_loop()
-            try:
-                results = self._sync_transaction(ops)
-            except OperationalError as exc:
-                if not _lock_taken(exc):
-                    raise
-                self.waited += 1
+            results = None
+            if self._inline:
+                try:
+                    results = self._sync_transaction(ops)
+                except OperationalError as exc:
+                    if not _lock_taken(exc):
+                        raise
+                    self.waited += 1
+            if results is None:  # the lock was taken, or commits fsync: in the thread, which may wait
                 results = await loop.run_in_executor(self._thread, self._sync_transaction, ops, True)
             if self.transactions % WAL_CHECKPOINT_EVERY == WAL_CHECKPOINT_EVERY - 1:
                 self._checkpoint_wal(loop)

@@ -25,6 +25,10 @@ NAMING = {
 metadata = MetaData(naming_convention=NAMING)
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
+# PRAGMA synchronous in WAL mode: NORMAL survives a killed process (the OS still writes the WAL);
+# FULL also survives an OS crash or power loss (an fsync per commit), like JetStream's
+# ``sync_interval: always``. Chosen by TURNSTILE_SQLITE_SYNCHRONOUS.
+SQLITE_SYNCHRONOUS = ("NORMAL", "FULL")
 
 
 def is_sqlite(url: str) -> bool:
@@ -40,8 +44,8 @@ def normalise_url(url: str) -> str:
     return url
 
 
-def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
-    """Create the async engine; for SQLite set WAL, busy timeout and immediate transactions."""
+def create_engine(url: str, *, sqlite_synchronous: str = "NORMAL", **kwargs: Any) -> AsyncEngine:
+    """Create the async engine; for SQLite set WAL, busy timeout, ``synchronous`` and immediate transactions."""
     url = normalise_url(url)
     if is_sqlite(url):
         # The hot writes go through the GroupCommitter's own writer connection; this pool
@@ -50,14 +54,17 @@ def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
         kwargs.setdefault("max_overflow", 0)
         kwargs.setdefault("pool_timeout", 60)
         engine = create_async_engine(url, **kwargs)
-        _configure_sqlite(engine.sync_engine)
+        _configure_sqlite(engine.sync_engine, sqlite_synchronous)
         return engine
     kwargs.setdefault("pool_size", 10)
     kwargs.setdefault("max_overflow", 10)
     return create_async_engine(url, **kwargs)
 
 
-def _configure_sqlite(engine: Engine) -> None:
+def _configure_sqlite(engine: Engine, synchronous: str) -> None:
+    if synchronous not in SQLITE_SYNCHRONOUS:
+        raise ValueError(f"SQLite synchronous must be one of {', '.join(SQLITE_SYNCHRONOUS)}, not {synchronous!r}")
+
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         # Let SQLAlchemy, not pysqlite, emit BEGIN so we can make it IMMEDIATE.
@@ -65,7 +72,7 @@ def _configure_sqlite(engine: Engine) -> None:
         cur = dbapi_conn.cursor()
         cur.execute("PRAGMA journal_mode=WAL")
         cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
-        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.execute(f"PRAGMA synchronous={synchronous}")
         cur.execute("PRAGMA foreign_keys=ON")
         cur.close()
 
@@ -74,7 +81,7 @@ def _configure_sqlite(engine: Engine) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
-def create_sqlite_writer_engine(async_engine: AsyncEngine) -> Engine:
+def create_sqlite_writer_engine(async_engine: AsyncEngine, synchronous: str = "NORMAL") -> Engine:
     """A synchronous engine with one connection on the same SQLite file: the group committer's.
 
     Its connection does not wait for the write lock (``busy_timeout=0``: the committer runs
@@ -86,7 +93,7 @@ def create_sqlite_writer_engine(async_engine: AsyncEngine) -> Engine:
     # Used from the loop's thread and (when it must wait for the lock) the committer's thread,
     # one transaction at a time: the committer serialises them.
     engine = create_sync_engine_(url, pool_size=1, max_overflow=0, connect_args={"check_same_thread": False})
-    _configure_sqlite(engine)
+    _configure_sqlite(engine, synchronous)
 
     @event.listens_for(engine, "connect")
     def _writer_pragmas(dbapi_conn: Any, _record: Any) -> None:

@@ -123,3 +123,31 @@ async def test_sqlite_wal_is_checkpointed_in_the_background_and_stays_small(
         await committer.aclose()
         async with engine.begin() as conn:
             await conn.execute(text("DROP TABLE committer_blobs"))
+
+
+@pytest.mark.rule("MQ-8")
+async def test_sqlite_synchronous_full_is_applied_to_every_connection_and_commits_in_the_thread(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # MQ-8: TURNSTILE_SQLITE_SYNCHRONOUS=FULL makes every SQLite commit survive an OS crash;
+    # those fsyncing commits run in the committer's thread, never on the event loop.
+    from core.store.db import create_engine
+
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path}/full.db", sqlite_synchronous="FULL")
+    committer = GroupCommitter(engine, sqlite_synchronous="FULL")
+    threads: list[str] = []
+
+    def probe(conn: Connection) -> int:
+        import threading
+
+        threads.append(threading.current_thread().name)
+        return int(conn.exec_driver_sql("PRAGMA synchronous").scalar_one())
+
+    try:
+        assert await committer.run(probe) == 2  # FULL
+        assert threads and threads[0].startswith("sqlite-writer")
+        async with engine.connect() as conn:
+            assert (await conn.exec_driver_sql("PRAGMA synchronous")).scalar_one() == 2
+    finally:
+        await committer.aclose()
+        await engine.dispose()
+    with pytest.raises(ValueError):
+        create_engine(f"sqlite+aiosqlite:///{tmp_path}/bad.db", sqlite_synchronous="OFF")
