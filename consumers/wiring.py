@@ -81,7 +81,12 @@ class ManagerRecorder:
                 await self._manager.ensure_session(sid)
             except Exception as exc:  # SM-17: a failure to record is a warning, never a rejection
                 log.warning("filing %s by id failed: %r", sid, exc)
-        if not existed and self._on_created is not None and self._manager.get_session(sid) is not None:
+        # Filed just now under an id that was never deleted: nothing of it can be stored (a deleted
+        # id's history might outlive a crash between the deletion and its data clear).
+        if (
+            not existed and self._on_created is not None and self._manager.get_session(sid) is not None  # type: ignore[arg-type]
+            and self._manager.generation_of(sid) == 0  # type: ignore[arg-type]
+        ):
             self._on_created(sid)  # type: ignore[arg-type]
 
     def generation_of(self, session_id: str) -> int:
@@ -225,7 +230,10 @@ class EngineSessions:
 
     def take_new(self, session_id: str) -> bool:
         """True once for a session ``mark_new`` saw and nothing opened since."""
-        return self._new.pop(session_id, False) is None
+        if session_id not in self._new:
+            return False
+        del self._new[session_id]
+        return True
 
     async def open(
         self, session_id: str, restored: dict[str, Any] | None, *, options: SessionOptions | None = None,

@@ -213,6 +213,17 @@ async def test_a_session_created_here_opens_without_reads_and_a_known_one_is_res
         await publish_inbound(nc, subjects, inbound(sid, "first"))
         await wait_for(lambda: len(replies.messages) == 1, what="the first reply")
         assert loads == []
+        # An id that was deleted before is opened with a full read (its history could outlive a
+        # crash between the deletion and its data clear).
+        other = f"reused-{uuid.uuid4().hex[:6]}"
+        other_replies = await Collector().attach(nc, subjects.outbound("cli", other))
+        await publish_inbound(nc, subjects, inbound(other, "before"))
+        await wait_for(lambda: len(other_replies.messages) == 1, what="a reply before the deletion")
+        deleted = await api(nc, subjects, "session", "delete", {"session_id": other})
+        assert deleted["ok"], deleted
+        await publish_inbound(nc, subjects, inbound(other, "after"))
+        await wait_for(lambda: len(other_replies.messages) == 2, what="a reply after the deletion")
+        assert loads == [other]
     finally:
         await svc.stop()
     svc = TurnstileService(settings)
