@@ -31,7 +31,6 @@ from sqlalchemy import (
     bindparam,
     delete,
     select,
-    tuple_,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
@@ -104,36 +103,36 @@ class SqlInbox:
         """Stage a batch in one transaction; True for each message that was not staged before."""
         if not messages:
             return []
-        keys = list(dict.fromkeys(m.key for m in messages))
         now = time.time()
         fresh: dict[tuple[str, str], StagedMessage] = {}
 
         def op(conn: Connection) -> None:
+            # One statement: insert what is new, skip what is staged already (a redelivery or a
+            # replay), and return the keys that were inserted.
             fresh.clear()
+            first: dict[tuple[str, str], StagedMessage] = {}
+            for m in messages:  # the first occurrence of each key, in arrival order
+                first.setdefault(m.key, m)
+            values = [
+                {
+                    "platform": m.platform,
+                    "message_id": m.message_id,
+                    "session_id": m.session_id,
+                    "generation": m.generation,
+                    "payload": m.payload,
+                    "status": STAGED,
+                    "staged_at": now,
+                }
+                for m in first.values()
+            ]
+            insert = (postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert)(inbox)
             rows = conn.execute(
-                select(inbox.c.platform, inbox.c.message_id).where(
-                    tuple_(inbox.c.platform, inbox.c.message_id).in_(keys)
-                )
+                insert.on_conflict_do_nothing().returning(inbox.c.platform, inbox.c.message_id), values
             )
-            existing = {(r[0], r[1]) for r in rows}
+            inserted = {(r[0], r[1]) for r in rows}
             for m in messages:
-                if m.key not in existing and m.key not in fresh:
+                if m.key in inserted and m.key not in fresh:
                     fresh[m.key] = m
-            if fresh:
-                values = [
-                    {
-                        "platform": m.platform,
-                        "message_id": m.message_id,
-                        "session_id": m.session_id,
-                        "generation": m.generation,
-                        "payload": m.payload,
-                        "status": STAGED,
-                        "staged_at": now,
-                    }
-                    for m in fresh.values()
-                ]
-                insert = (postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert)(inbox)
-                conn.execute(insert.on_conflict_do_nothing(), values)
 
         await self._write(op)
         seen: set[tuple[str, str]] = set()
