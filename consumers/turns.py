@@ -26,6 +26,7 @@ from typing import Any
 import orjson
 
 from consumers.checkpoints import CheckpointChain
+from consumers.delivery import ReplyDelivery
 from consumers.finisher import TurnFinisher
 from consumers.publisher import Publisher
 from consumers.transitions import transition_of
@@ -34,8 +35,8 @@ from core.engine import FORMAT_VERSION, Session, SessionOptions, TurnExhausted
 from core.engine.snapshot import EncodedSnapshot
 from core.engine.policy import MidTurnAction, MidTurnPolicy, decide_mid_turn
 from core.errors import Cancelled, CheckpointFailed, TurnstileError, Unavailable
-from core.store.inbox import DONE, DROPPED, SqlInbox, StagedMessage
-from schemas.wire import Checkpoint, InboundMessage, OutboundReply
+from core.store.inbox import DROPPED, SqlInbox, StagedMessage
+from schemas.wire import Checkpoint, InboundMessage
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ FINISHED_REMEMBERED = 256
 BARRIER_STEPS = frozenset({"model_response", "tool_call"})
 
 
-class TurnRunner:
+class TurnRunner(ReplyDelivery):
     """Runs the turns and control commands of one session, one item at a time."""
 
     def __init__(
@@ -366,71 +367,6 @@ class TurnRunner:
         else:
             await engine.interrupt_current_turn(checkpoint=checkpoint)
         return "aborted", None
-
-    # -- delivery ---------------------------------------------------------------------------
-    async def _answer_was_delivered(self, engine: Session, ext_id: str, inbound: InboundMessage) -> bool:
-        """True when the message that began the answering turn is another one the inbox marked done."""
-        answer = engine.answer_for_external_event(ext_id) or {}
-        first = next(
-            (i for i in engine.transcript
-             if i.get("kind") == "user_message" and i.get("turn_id") == answer.get("turn_id")),
-            None,
-        )
-        original = (first or {}).get("payload", {}).get("inbound_id")
-        if not original or original == inbound.id:
-            return False
-        if original in self._finished:
-            return True
-        return await self._inbox.status_of(inbound.platform, original) == DONE
-
-    async def _deliver_outputs(self, staged: StagedMessage, inbound: InboundMessage, engine: Session) -> None:
-        await self.deliver_outputs(engine, inbound.platform, inbound.id, inbound.external_event_id, staged.generation)
-
-    async def deliver_outputs(
-        self, engine: Session, platform: str, reply_to: str, external_event_id: str | None = None,
-        generation: int | None = None,
-    ) -> int:
-        """Publish the turn's outputs (answer, reply texts, objects) in order; returns how many."""
-        gen = self._generation if generation is None else generation
-        assert gen is not None
-        outputs = engine.turn_outputs
-        for out in outputs:
-            objects: list[dict[str, Any]] = []
-            if out.kind == "object":
-                objects.append({"object_id": out.object_id, "file_name": out.file_name, "media_type": out.media_type})
-            await self._publish_reply(platform, gen, reply_to, external_event_id, str(engine.turn_id), out.seq,
-                                      out.text or "", objects)
-        return len(outputs)
-
-    async def _deliver_previous(
-        self, staged: StagedMessage, inbound: InboundMessage, engine: Session, ext_id: str,
-        sink: list[asyncio.Future[Any]] | None = None,
-    ) -> None:
-        for resp in engine.responses_for_external_event(ext_id):
-            if not resp.get("terminal"):
-                continue
-            objects = [{"object_id": resp["object_id"]}] if resp.get("object_id") else []
-            turn_id = str(resp.get("turn_id") or engine.turn_id)
-            await self._publish_reply(inbound.platform, staged.generation, inbound.id, inbound.external_event_id,
-                                      turn_id, int(resp["seq"]), str(resp.get("text") or ""), objects, sink)
-
-    async def _publish_reply(
-        self, platform: str, generation: int, reply_to: str, external_event_id: str | None, turn_id: str, seq: int,
-        text: str, objects: list[dict[str, Any]], sink: list[asyncio.Future[Any]] | None = None,
-    ) -> None:
-        if sink is None:  # a new answer: the checkpoint holding it is stored before the reply goes out
-            await self._checkpoints.settle()
-        reply = OutboundReply(
-            session_id=self.session_id,
-            generation=generation,
-            turn_id=turn_id,
-            seq=seq,
-            reply_to=reply_to,
-            external_event_id=external_event_id,
-            text=text,
-            objects=objects,
-        )
-        (self._unsettled if sink is None else sink).append(await self._pub.outbound(platform, reply))
 
     async def _drop(self, staged: StagedMessage, inbound: InboundMessage, reason: str, detail: str = "") -> None:
         data: dict[str, Any] = {"inbound_id": inbound.id, "reason": reason, "generation": staged.generation}
