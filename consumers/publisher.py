@@ -78,7 +78,8 @@ class StreamAcks:
 
 
 class Publisher:
-    """Thin JetStream publisher: checkpoints await their ack; events and replies are pipelined."""
+    """Thin JetStream publisher: checkpoints fenced, their acks awaited by the caller
+    (``consumers/checkpoints.py``); events and replies pipelined and settled later."""
 
     def __init__(self, nc: Client, js: JetStreamContext, subjects: Subjects, timeout_s: float = 10.0) -> None:
         self.js = js
@@ -121,14 +122,6 @@ class Publisher:
             if future.cancelled() or future.exception() is not None:
                 ok = False
         return ok
-
-    async def checkpoint(self, session_id: str, payload: bytes, expected_last_seq: int | None) -> int:
-        """Publish a checkpoint; with ``expected_last_seq`` the broker refuses it if another writer got there first.
-
-        Returns the new subject sequence. Raises CheckpointFailed on any failure.
-        """
-        acked = await self.send_checkpoint(session_id, payload, expected_last_seq)
-        return await self.checkpoint_acked(session_id, acked, expected_last_seq)
 
     async def send_checkpoint(
         self, session_id: str, payload: bytes, expected_last_seq: int | None

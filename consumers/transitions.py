@@ -3,12 +3,11 @@
 A step journals one or more entries atomically (a tool result together with the
 knowledge write it staged, an interrupt's repaired results with its notice). The
 name is chosen from the entries that are new since the previous checkpoint, by
-significance; see docs/control-turns.md for the list.
+significance; docs/protocol.md ("Checkpoint transitions") lists them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from core.engine.snapshot import EncodedSnapshot
@@ -18,19 +17,16 @@ _EVENT_STEPS = ("interrupted", "committed", "finalized", "turn_ended", "rounds_e
                 "source_terminated")
 
 
-def new_entries(snapshot: Mapping[str, Any], since_version: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Transcript items and events of ``snapshot`` with a journal seq >= ``since_version``."""
-    if isinstance(snapshot, EncodedSnapshot):  # it carries its new entries: no need to parse it
-        items, events = snapshot.new_items, snapshot.new_events
-    else:
-        items, events = snapshot.get("transcript") or [], snapshot.get("events") or []
+def new_entries(snapshot: EncodedSnapshot, since_version: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Transcript items and events of ``snapshot`` with a journal seq >= ``since_version``
+    (from the entries it carries as new: the snapshot itself is not parsed)."""
     return (
-        [i for i in items if int(i.get("seq", -1)) >= since_version],
-        [e for e in events if int(e.get("seq", -1)) >= since_version],
+        [i for i in snapshot.new_items if int(i.get("seq", -1)) >= since_version],
+        [e for e in snapshot.new_events if int(e.get("seq", -1)) >= since_version],
     )
 
 
-def transition_of(snapshot: Mapping[str, Any], since_version: int = 0) -> str:
+def transition_of(snapshot: EncodedSnapshot, since_version: int = 0) -> str:
     """Name the step that produced ``snapshot`` (entries since ``since_version``)."""
     items, events = new_entries(snapshot, since_version)
     event_types = [str(e.get("type")) for e in events]
@@ -53,13 +49,6 @@ def transition_of(snapshot: Mapping[str, Any], since_version: int = 0) -> str:
         return "message_staged"
     if "notice" in kinds:
         return "notice"
-    if _empty(snapshot):
+    if snapshot.state_version == 0:  # nothing was ever journaled
         return "opened"
     return "step"
-
-
-def _empty(snapshot: Mapping[str, Any]) -> bool:
-    """Nothing was ever journaled (an encoded snapshot says so by its version, without parsing)."""
-    if isinstance(snapshot, EncodedSnapshot):
-        return snapshot.state_version == 0
-    return not snapshot.get("transcript") and not snapshot.get("events")

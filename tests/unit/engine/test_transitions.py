@@ -5,14 +5,18 @@ from __future__ import annotations
 from typing import Any
 
 from consumers.transitions import transition_of
+from core.engine.snapshot import EncodedSnapshot
 
 
 def _item(seq: int, kind: str, **payload: Any) -> dict[str, Any]:
     return {"seq": seq, "kind": kind, "payload": payload}
 
 
-def _snap(items: list[dict[str, Any]], events: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    return {"transcript": items, "events": events or []}
+def _snap(items: list[dict[str, Any]], events: list[dict[str, Any]] | None = None) -> EncodedSnapshot:
+    """A snapshot carrying ``items`` and ``events`` as its entries (the bytes do not matter here)."""
+    events = events or []
+    version = max((int(e["seq"]) + 1 for e in [*items, *events]), default=0)
+    return EncodedSnapshot(b"{}", version, items, events)
 
 
 def test_a_model_response_with_tool_calls_is_not_an_answer() -> None:
@@ -45,4 +49,4 @@ def test_turn_end_finalize_and_commit_are_named_by_their_events() -> None:
 def test_old_entries_do_not_name_a_new_checkpoint() -> None:
     snap = _snap([_item(0, "user_message"), _item(1, "box")], [{"seq": 0, "type": "turn_ended"}])
     assert transition_of(snap, 1) == "group_context"
-    assert transition_of({"transcript": [], "events": []}) == "opened"
+    assert transition_of(_snap([])) == "opened"
