@@ -1,4 +1,4 @@
-"""Control operations of the turn area (docs/control-turns.md).
+"""Control operations of the turn area (documented in docs/protocol.md).
 
 Every operation that touches a session's engine state runs inside that
 session's actor as a ``Command`` (``ActorRegistry.call``), so it never overlaps

@@ -2,7 +2,7 @@
 
 Subjects are ``<prefix>.api.<resource>.<verb>``; replies are ``{ok, result}`` or
 ``{ok: false, error: {code, message}}`` (see ``schemas.wire.ControlOk``/``ControlError``).
-Documented with examples in docs/control-turns.md.
+Documented with examples in docs/protocol.md (control API, turn area).
 """
 
 from __future__ import annotations
