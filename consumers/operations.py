@@ -15,10 +15,10 @@ import os
 from collections.abc import Callable
 from datetime import tzinfo
 from typing import TYPE_CHECKING, Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from consumers.api import Operation
 from consumers.ops_turns import operations as turn_operations
+from consumers.settings import service_time_zone
 from core.errors import InvalidInput, NotFound
 from core.sessions import rules
 from core.sessions.codec import place_to_json, record_to_json, workspace_to_json
@@ -79,15 +79,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 HISTORY_TYPE = "context"
-
-
-def service_time_zone(name: str) -> tzinfo:
-    """The service time zone labels are rendered in; an unknown name falls back to UTC (logged)."""
-    try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
-        log.warning("unknown time zone %r; rendering labels in UTC", name)
-        return ZoneInfo("UTC")
 
 
 class Rendering:

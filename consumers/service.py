@@ -17,7 +17,7 @@ from consumers.inbound import InboundLoop
 from consumers.lease import OwnershipLease
 from consumers.operations import control_operations
 from consumers.publisher import Publisher
-from consumers.settings import Settings
+from consumers.settings import Settings, service_time_zone
 from consumers.streams import ensure_streams
 from consumers.turns import TurnRunner
 from consumers.wiring import EngineSessions, ManagerRecorder, ManagerTakePolicy, build_manager
@@ -71,7 +71,7 @@ class TurnstileService:
         self.engines = EngineSessions(s, self.db, self.committer)
         self.manager = build_manager(s, self.db, self.publisher, self._clear_session_data, self.committer)
         await self.manager.start()
-        self.engines.take_policy = ManagerTakePolicy(self.manager)
+        self.engines.take_policy = ManagerTakePolicy(self.manager, service_time_zone(s.time_zone))
         turn_slots = asyncio.Semaphore(s.max_concurrent_turns)
         self.actors = ActorRegistry(
             lambda sid: TurnRunner(

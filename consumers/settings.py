@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import logging
+from datetime import tzinfo
 from pathlib import Path
-
 from typing import Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_DB_PATH = Path("var") / "turnstile.db"
+
+log = logging.getLogger(__name__)
 
 
 class Settings(BaseSettings):
@@ -75,6 +79,15 @@ class Settings(BaseSettings):
     time_zone: str = Field("UTC", description="time zone for rendered labels (IANA name)")
     owners: list[str] = Field(default_factory=list, description='owner identities "platform:user_id"')
     platforms_json: str = Field("", description="JSON list of adapter instances (see docs/protocol.md)")
+
+
+def service_time_zone(name: str) -> tzinfo:
+    """The service time zone labels are rendered in; an unknown name falls back to UTC (logged)."""
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        log.warning("unknown time zone %r; rendering labels in UTC", name)
+        return ZoneInfo("UTC")
 
 
 def settings_markdown() -> str:

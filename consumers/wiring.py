@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Callable
+from datetime import tzinfo
 from typing import Any
 
 import orjson
@@ -99,8 +100,9 @@ class ManagerTakePolicy:
     The engine passes the principal as ``"<platform>:<user_id>"`` (split at the first colon).
     """
 
-    def __init__(self, manager: SessionManager) -> None:
+    def __init__(self, manager: SessionManager, tz: tzinfo) -> None:
         self._manager = manager
+        self._tz = tz
 
     def can_take(self, current_id: str, target_id: str, principal: str | None) -> TakeVerdict:
         who = None
@@ -109,7 +111,7 @@ class ManagerTakePolicy:
             if user_id:
                 who = take.Principal(platform=platform, user_id=user_id)
         verdict = self._manager.can_take(current_id, target_id, who)
-        return TakeVerdict(ok=True) if verdict.ok else TakeVerdict(ok=False, reason=verdict.reason.source if verdict.reason else None)
+        return TakeVerdict(ok=True) if verdict.ok else TakeVerdict(ok=False, reason=verdict.reason.source(self._tz) if verdict.reason else None)
 
 
 def platform_registry(settings: Settings) -> PlatformRegistry:

@@ -21,7 +21,7 @@ class Principal:
 
 @dataclass(frozen=True)
 class TakeVerdict:
-    """``ok`` or a refusal with a text-object ``reason`` (the model gets ``reason.source``)."""
+    """``ok`` or a refusal with a text-object ``reason`` (the model gets ``reason.source(tz)``)."""
 
     ok: bool
     reason: TextRef | None = None

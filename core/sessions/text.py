@@ -2,14 +2,15 @@
 
 A ``TextRef`` is a catalogue key plus parameters. ``render(lang, tz)`` gives the
 reader's text (English ``en`` and Chinese ``zh``; anything else falls back to
-English); ``source`` is the form handed to the model (English, in the service
-process's time zone). Timestamps in parameters are float epoch seconds.
+English); ``source(tz)`` is the form handed to the model (English, in the service
+time zone, ``TURNSTILE_TIME_ZONE``). There is no fallback to the process's local zone:
+the zone is always passed in. Timestamps in parameters are float epoch seconds.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, tzinfo
+from datetime import datetime, timezone, tzinfo
 from typing import Final, Literal
 
 Language = Literal["en", "zh"]
@@ -80,17 +81,14 @@ class TextRef:
                 return value
         return None
 
-    def render(self, lang: str = SOURCE_LANGUAGE, tz: tzinfo | None = None) -> str:
-        """The text in ``lang`` (``en``/``zh``; others → English), times shown in ``tz``.
-
-        ``tz=None`` means the service process's local time zone.
-        """
+    def render(self, lang: str = SOURCE_LANGUAGE, tz: tzinfo = timezone.utc) -> str:
+        """The text in ``lang`` (``en``/``zh``; others → English), times shown in ``tz``."""
         templates = CATALOGUE[self.key]
         template = templates["zh"] if lang.lower().startswith("zh") else templates["en"]
         values: dict[str, str] = {}
         at = self.param("at")
         if isinstance(at, (int, float)):
-            moment = datetime.fromtimestamp(float(at), tz) if tz else datetime.fromtimestamp(float(at)).astimezone()
+            moment = datetime.fromtimestamp(float(at), tz)
             values["date_time"] = moment.strftime("%Y-%m-%d %H:%M")
             values["time"] = moment.strftime("%H:%M")
         text = self.param("text")
@@ -98,10 +96,6 @@ class TextRef:
             values["text"] = str(text)
         return template.format(**values)
 
-    @property
-    def source(self) -> str:
-        """The form given to the model: English, in the service's time zone."""
-        return self.render(SOURCE_LANGUAGE)
-
-    def __str__(self) -> str:
-        return self.source
+    def source(self, tz: tzinfo) -> str:
+        """The form given to the model: English, in the service time zone ``tz``."""
+        return self.render(SOURCE_LANGUAGE, tz)

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import os
 import uuid
+from datetime import datetime
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import orjson
 import pytest
 from nats.aio.client import Client
 
 from consumers.service import TurnstileService
+from consumers.settings import Settings
 from schemas.control import CONTROL_REQUESTS
 from schemas.subjects import Subjects
 from tests.integration.harness import Collector, api, inbound, publish_inbound, wait_for
@@ -403,3 +406,24 @@ async def test_delete_and_generation(service: TurnstileService, nc: Client, subj
     await ok(nc, subjects, "session", "create", {"fields": {"id": root}})
     again = await ok(nc, subjects, "session", "generation", {"session_id": root})
     assert again["generation"] == deleted["generation"]
+
+
+@pytest.mark.rule("SM-2")
+async def test_labels_are_rendered_in_the_service_time_zone_not_the_machines(
+    settings: Settings, nc: Client, subjects: Subjects
+) -> None:
+    # SM-2: a default label shows its creation time in TURNSTILE_TIME_ZONE. Asia/Kolkata
+    # (UTC+05:30) cannot coincide with this machine's zone by accident.
+    zone = ZoneInfo("Asia/Kolkata")
+    service = TurnstileService(settings.model_copy(update={"time_zone": "Asia/Kolkata"}))
+    await service.start()
+    try:
+        sid = uid("zoned")
+        created = await ok(nc, subjects, "session", "create", {"fields": {"id": sid}})
+        moment = datetime.fromtimestamp(created["created_at"], zone).strftime("%Y-%m-%d %H:%M")
+        assert created["label"] == {"source": f"Session {moment}", "en": f"Session {moment}", "zh": f"会话 {moment}"}
+        child = await ok(nc, subjects, "session", "create", {"fields": {"parent_id": sid}})
+        short = datetime.fromtimestamp(child["created_at"], zone).strftime("%H:%M")
+        assert child["label"]["source"] == f"Subtask {short}"
+    finally:
+        await service.stop()
