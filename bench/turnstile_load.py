@@ -32,6 +32,7 @@ class ServiceConfig:
             "TURNSTILE_DATABASE_URL": f"sqlite+aiosqlite:///{self.db_path}",
             "TURNSTILE_PREFIX": self.prefix,
             "TURNSTILE_PROVIDER": "scripted",
+            "TURNSTILE_SCRIPTED_DIRECTIVES": "true",
         }
         env.update(self.extra_env or {})
         return env

@@ -45,6 +45,8 @@ async def _main() -> int:
             return 2
         os.environ["TURNSTILE_NATS_URL"] = server.url
         log.info("nats-server %s (store %s)", server.url, store)
+    # Development mode: the scripted provider's test directives (/stall, /tool, …) are on.
+    os.environ.setdefault("TURNSTILE_SCRIPTED_DIRECTIVES", "true")
     settings = Settings()
     from consumers.service import TurnstileService
 

@@ -25,6 +25,11 @@ class Settings(BaseSettings):
     database_url: str = Field(f"sqlite+aiosqlite:///{DEFAULT_DB_PATH}", description="SQLAlchemy URL")
     prefix: str = Field("turnstile", pattern=r"^[A-Za-z0-9_-]+$", description="subject prefix")
     provider: str = Field("scripted", description="scripted or openai")
+    scripted_directives: bool = Field(
+        False,
+        description="let message text drive the scripted provider's test directives (/tool, /stall, /fail, /usage, "
+        "/say; docs/scripted-provider.md); on in `make run` and the test suite, off for `turnstile run`",
+    )
 
     # model provider
     openai_base_url: str = Field("https://api.openai.com/v1", description="OpenAI-compatible API base URL (provider `openai`)")

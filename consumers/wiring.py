@@ -183,7 +183,7 @@ def build_provider(settings: Settings) -> Provider:
     if settings.provider == "scripted":
         from core.providers.scripted import ScriptedProvider
 
-        return ScriptedProvider()
+        return ScriptedProvider(directives=settings.scripted_directives)
     if settings.provider == "openai":
         from core.providers.openai_chat import OpenAIChatProvider
 

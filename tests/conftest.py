@@ -11,6 +11,11 @@ from pathlib import Path
 
 import pytest
 
+# The suite drives turns with the scripted provider's directives (/stall, /tool, /fail, …),
+# which are off by default in a served process. Set before any Settings() is built, and
+# inherited by every `turnstile run` child process a test starts.
+os.environ["TURNSTILE_SCRIPTED_DIRECTIVES"] = "true"
+
 PG_HOST = os.environ.get("TURNSTILE_TEST_PG_HOST", "127.0.0.1")
 PG_PORT = int(os.environ.get("TURNSTILE_TEST_PG_PORT", "5432"))
 PG_USER = os.environ.get("TURNSTILE_TEST_PG_USER", "postgres")

@@ -1,7 +1,10 @@
 """The embedded deterministic provider: no network, scriptable from the user's text.
 
-By default it answers ``echo: <last user text>``. Lines of the last user message
-that start with a directive script the turn instead (one directive per line):
+It answers ``echo: <last user text>``. Only when directives are enabled
+(``ScriptedProvider(directives=True)``; the service's ``TURNSTILE_SCRIPTED_DIRECTIVES``,
+which ``make run`` and the test suite turn on and ``turnstile run`` leaves off) do
+lines of the last user message that start with a directive script the turn instead
+(one directive per line; documented for users in docs/scripted-provider.md):
 
 ``/tool NAME {json}``   next model round calls tool NAME with the JSON arguments
                         (``{}`` when omitted); each ``/tool`` line is one round.
@@ -108,7 +111,14 @@ def _content_text(message: dict[str, Any]) -> str:
 
 
 class ScriptedProvider:
-    """Deterministic provider for the embedded default and for every test path."""
+    """Deterministic provider for the embedded default and for every test path.
+
+    ``directives=False`` (the default) is a plain echo: a chat user cannot stall,
+    fail or drive tools through the text of a message.
+    """
+
+    def __init__(self, *, directives: bool = False) -> None:
+        self.directives = directives
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """Answer from the script in the last user message (see module docstring)."""
@@ -116,7 +126,7 @@ class ScriptedProvider:
             return self._summary(request)
         index = _last_user_index(request.messages)
         user_text = _content_text(request.messages[index]) if index >= 0 else ""
-        script = parse_script(user_text)
+        script = parse_script(user_text) if self.directives else Script(plain_lines=user_text.splitlines())
         round_no = sum(1 for m in request.messages[index + 1 :] if m.get("role") == "assistant")
         stall = script.stall_s.get(round_no)
         if stall:

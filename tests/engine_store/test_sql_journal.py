@@ -89,7 +89,7 @@ async def test_session_survives_a_process_restart_on_sql(engine: AsyncEngine, db
 
     session = await Session.open(
         session_id=sid, system_prompt="p", runtime=runtime, options=options, journal=journal,
-        provider=ScriptedProvider(), tools=tools, knowledge=SqlKnowledgeStore(engine),
+        provider=ScriptedProvider(directives=True), tools=tools, knowledge=SqlKnowledgeStore(engine),
     )
     await session.begin_user_turn("/tool count\n/tool count\n/say done")
     with pytest.raises(CheckpointFailed):
@@ -100,7 +100,7 @@ async def test_session_survives_a_process_restart_on_sql(engine: AsyncEngine, db
     fresh_journal = SqlHistoryJournal(engine)
     resumed = await Session.open(
         session_id=sid, system_prompt="p", runtime=runtime, options=options, journal=fresh_journal,
-        provider=ScriptedProvider(), tools=tools, knowledge=SqlKnowledgeStore(engine), restored=snaps[-1],
+        provider=ScriptedProvider(directives=True), tools=tools, knowledge=SqlKnowledgeStore(engine), restored=snaps[-1],
     )
     assert await resumed.run_pending_turn("op-2", _noop) == "done"
     results = [i["payload"] for i in resumed.transcript if i["kind"] == "tool_result"]
@@ -108,7 +108,7 @@ async def test_session_survives_a_process_restart_on_sql(engine: AsyncEngine, db
     assert runs["n"] == 2
     reopened = await Session.open(
         session_id=sid, system_prompt="p", runtime=runtime, options=options, journal=fresh_journal,
-        provider=ScriptedProvider(), tools=tools,
+        provider=ScriptedProvider(directives=True), tools=tools,
     )
     assert reopened.snapshot() == resumed.snapshot()
     await fresh_journal.aclose()

@@ -83,7 +83,7 @@ async def test_free_time_session_commits_atomically_on_sql(engine: AsyncEngine) 
 
     session = await Session.open(
         session_id=f"ft-{p}", system_prompt="p", runtime=RuntimeModel(model="m", context_window_tokens=10_000),
-        options=options, journal=InMemoryJournal(), provider=ScriptedProvider(), knowledge=store,
+        options=options, journal=InMemoryJournal(), provider=ScriptedProvider(directives=True), knowledge=store,
     )
     await session.stage_free_time_opening(checkpoint=checkpoint)
     before_commit = len(await store.children(root))

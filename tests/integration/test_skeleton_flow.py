@@ -236,3 +236,21 @@ async def test_a_session_created_here_opens_without_reads_and_a_known_one_is_res
         assert [i["payload"]["text"] for i in transcript if i["kind"] == "user_message"] == ["first", "second"]
     finally:
         await svc.stop()
+
+
+async def test_a_served_process_ignores_scripted_directives_unless_enabled(
+    settings: Settings, nc: Client, subjects: Subjects
+) -> None:
+    # `turnstile run` leaves the scripted provider's test hooks off: a chat user writing
+    # "/stall" or "/fail" gets a plain echo, and no turn slot is held.
+    service = TurnstileService(settings.model_copy(update={"scripted_directives": False}))
+    await service.start()
+    try:
+        sid = f"hooks-{uuid.uuid4().hex[:6]}"
+        replies = await Collector().attach(nc, subjects.outbound("cli", sid))
+        text = "/stall 3600\n/fail boom"
+        await publish_inbound(nc, subjects, inbound(sid, text))
+        await wait_for(lambda: replies.messages, what="the echo")
+        assert replies.json()[0]["text"] == "echo: " + text
+    finally:
+        await service.stop()

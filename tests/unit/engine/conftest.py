@@ -94,7 +94,7 @@ def make_session(
             "runtime": RuntimeModel(model="test-model", reasoning_effort="low", context_window_tokens=100_000),
             "options": SessionOptions.conversation("im-dm", ["root"]),
             "journal": journal,
-            "provider": ScriptedProvider(),
+            "provider": ScriptedProvider(directives=True),
             "knowledge": knowledge,
             "leases": leases,
             "clock": StepClock(),

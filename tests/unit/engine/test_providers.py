@@ -17,14 +17,20 @@ def _request(text: str, *after: dict) -> ModelRequest:
     return ModelRequest(model="m", system_prompt="sys", messages=[{"role": "user", "content": text}, *after])
 
 
+async def test_without_directives_enabled_the_text_of_a_message_cannot_drive_the_provider() -> None:
+    text = "/stall 3600\n/fail boom\n/tool read_file {}\n/say owned"
+    response = await asyncio.wait_for(ScriptedProvider().complete(_request(text)), 5)
+    assert response.text == "echo: " + text and not response.tool_calls
+
+
 async def test_scripted_provider_echoes_by_default() -> None:
-    response = await ScriptedProvider().complete(_request("hello there"))
+    response = await ScriptedProvider(directives=True).complete(_request("hello there"))
     assert response.text == "echo: hello there" and not response.tool_calls
     assert response.usage.input_tokens > 0
 
 
 async def test_scripted_provider_follows_directives_round_by_round() -> None:
-    provider = ScriptedProvider()
+    provider = ScriptedProvider(directives=True)
     text = '/tool a {"x": 1}\n/tool+ b\n/usage 4 2\n/stall 0.001\n/tool c\n/say bye'
     first = await provider.complete(_request(text))
     assert [(c.name, c.arguments) for c in first.tool_calls] == [("a", {"x": 1}), ("b", {})]
@@ -37,10 +43,10 @@ async def test_scripted_provider_follows_directives_round_by_round() -> None:
 
 async def test_scripted_provider_fail_and_bad_directives() -> None:
     with pytest.raises(ProviderError, match="boom"):
-        await ScriptedProvider().complete(_request("/fail boom"))
+        await ScriptedProvider(directives=True).complete(_request("/fail boom"))
     for bad in ("/tool", "/tool x {not json}", "/usage 1", "/stall soon"):
         with pytest.raises(InvalidInput):
-            await ScriptedProvider().complete(_request(bad))
+            await ScriptedProvider(directives=True).complete(_request(bad))
 
 
 def _provider(url: str, **kwargs) -> OpenAIChatProvider:

@@ -34,6 +34,7 @@ class RecordingProvider(ScriptedProvider):
     """Scripted provider that keeps every request it saw."""
 
     def __init__(self) -> None:
+        super().__init__(directives=True)
         self.requests: list[ModelRequest] = []
 
     async def complete(self, request: ModelRequest) -> ModelResponse:

@@ -115,7 +115,7 @@ async def test_transcribe_audio_passes_prompt_unchanged_without_length_cap(make_
             seen.append(prompt)
             return await super().transcribe(audio, media_type, prompt, model=model)
 
-    session = await make_session(provider=Spy())
+    session = await make_session(provider=Spy(directives=True))
     long_prompt = "  names: Ada, Grace " + "x" * 50_000 + "  "
     attachment = {"id": "voice-1", "file_name": "v.ogg", "media_type": "audio/ogg",
                   "data_base64": base64.b64encode(b"hello from audio").decode()}
