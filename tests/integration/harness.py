@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
 import uuid
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -13,27 +10,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from schemas.subjects import Subjects
-
-DEFAULT_TIMEOUT_S = 20.0
-
-
-async def wait_for(
-    predicate: Callable[[], Any] | Callable[[], Awaitable[Any]],
-    timeout_s: float = DEFAULT_TIMEOUT_S,
-    interval_s: float = 0.02,
-    what: str = "condition",
-) -> Any:
-    """Poll ``predicate`` until it returns something truthy, or fail after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        await asyncio.sleep(interval_s)
+from tests.waiting import DEFAULT_TIMEOUT_S, wait_for  # noqa: F401 - re-exported for the integration tests
 
 
 class Collector:

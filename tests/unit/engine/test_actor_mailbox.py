@@ -10,6 +10,7 @@ import pytest
 from consumers.actors import ActorRegistry
 from core.engine.policy import MidTurnAction
 from core.errors import Conflict
+from tests.waiting import wait_for
 
 
 class RecordingRunner:
@@ -64,8 +65,7 @@ async def test_a_command_waits_for_the_running_item_then_goes_before_queued_mess
             return self.name
 
     await registry.deliver(Staged("m1"), inbound)  # type: ignore[arg-type]
-    while runner.running == 0:  # the actor has taken m1
-        await asyncio.sleep(0)
+    await wait_for(lambda: runner.running, timeout_s=5, interval_s=0, what="the actor to take m1")
     await registry.deliver(Staged("m2"), inbound)  # type: ignore[arg-type]
 
     async def command(r: Any, reply: Any) -> str:

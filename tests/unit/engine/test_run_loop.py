@@ -13,6 +13,7 @@ from core.errors import Cancelled, CheckpointFailed, ProviderError
 from core.providers import ModelRequest, ModelResponse, ScriptedProvider
 
 from .conftest import PROMPT, Recorder, SessionFactory
+from tests.waiting import wait_for
 
 
 class CountingTool:
@@ -116,8 +117,7 @@ async def test_cancel_reaches_the_provider_call(make_session: SessionFactory) ->
     session = await make_session()
     await session.begin_user_turn("/stall 60")
     run = asyncio.create_task(session.run_pending_turn("op-7", Recorder()))
-    while session._inflight is None:
-        await asyncio.sleep(0)
+    await wait_for(lambda: session._inflight is not None, timeout_s=5, interval_s=0, what="the model call")
     assert session.cancel("op-7") is True
     with pytest.raises(Cancelled):
         await run

@@ -10,6 +10,7 @@ from core.engine import TurnExhausted
 from core.errors import Cancelled, CheckpointFailed, Conflict, InvalidInput
 
 from .conftest import Recorder, SessionFactory
+from tests.waiting import wait_for
 
 
 @pytest.mark.rule("KS-4")
@@ -97,8 +98,10 @@ async def test_interrupt_repairs_orphaned_tool_calls(make_session: SessionFactor
     op = "op-int"
     run = asyncio.create_task(session.run_pending_turn(op, recorder))
     # wait until the tool result is checkpointed and the stalled second model call started
-    while not (session.running and session.state.turn.phase == "tools" and not session.state.turn.open_calls):
-        await asyncio.sleep(0)
+    await wait_for(
+        lambda: session.running and session.state.turn.phase == "tools" and not session.state.turn.open_calls,
+        timeout_s=5, interval_s=0, what="the stalled second model call",
+    )
     session.cancel(op)
     with pytest.raises(Cancelled):
         await run
@@ -135,8 +138,7 @@ async def test_interrupt_while_running_is_refused(make_session: SessionFactory) 
     session = await make_session()
     await session.begin_user_turn("/stall 30")
     run = asyncio.create_task(session.run_pending_turn("op", Recorder()))
-    while not session.running:
-        await asyncio.sleep(0)
+    await wait_for(lambda: session.running, timeout_s=5, interval_s=0, what="the turn to run")
     with pytest.raises(Conflict):
         await session.interrupt_current_turn()
     session.cancel("op")

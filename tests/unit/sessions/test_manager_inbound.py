@@ -14,6 +14,7 @@ from core.sessions.platforms import AdapterInstance
 from core.sessions.records import OriginChat
 
 from .conftest import ManagerFactory, new_id
+from tests.waiting import wait_for
 
 TG = AdapterInstance("tg-main", "telegram", "telegram-bot", claims=("tg:*",), chat_scopes={"group": True, "private": False})
 TG_SECOND = AdapterInstance("tg-second", "telegram", "telegram-bot", claims=("tg:*",))
@@ -179,8 +180,8 @@ async def test_concurrent_calls_for_one_session_share_one_recording(
     sid = new_id("tg")
     repo.gate = asyncio.Event()
     calls = [asyncio.create_task(manager.record_inbound(group_message(sid))) for _ in range(4)]
-    while not manager._recorder._in_flight:  # noqa: SLF001 - wait until the first call is writing
-        await asyncio.sleep(0)
+    # wait until the first call is writing
+    await wait_for(lambda: manager._recorder._in_flight, timeout_s=5, interval_s=0, what="the first recording")  # noqa: SLF001
     assert not any(c.done() for c in calls)  # resolves only after the filing is stored
     repo.gate.set()
     await asyncio.gather(*calls)
