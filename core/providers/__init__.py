@@ -1,6 +1,13 @@
-"""Model providers behind the ``Provider`` port."""
+"""Model providers behind the ``Provider`` port.
+
+The port and its value types (``base``) are pure; the adapters are imported on
+first use, so that the engine, which depends on the port only, never pulls in an
+HTTP client (the purity test imports ``core.engine`` alone and checks).
+"""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from core.providers.base import (
     ModelRequest,
@@ -12,8 +19,10 @@ from core.providers.base import (
     Usage,
     estimate_tokens,
 )
-from core.providers.openai_chat import OpenAIChatProvider
-from core.providers.scripted import ScriptedProvider
+
+if TYPE_CHECKING:
+    from core.providers.openai_chat import OpenAIChatProvider
+    from core.providers.scripted import ScriptedProvider
 
 __all__ = [
     "ModelRequest",
@@ -27,3 +36,15 @@ __all__ = [
     "Usage",
     "estimate_tokens",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "OpenAIChatProvider":
+        from core.providers.openai_chat import OpenAIChatProvider
+
+        return OpenAIChatProvider
+    if name == "ScriptedProvider":
+        from core.providers.scripted import ScriptedProvider
+
+        return ScriptedProvider
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

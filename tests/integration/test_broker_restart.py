@@ -21,7 +21,6 @@ async def _publish_when_back(nc: Client, subjects: Subjects, body: dict[str, obj
     return True
 
 
-@pytest.mark.rule("MQ-1")
 @pytest.mark.timeout(90)
 async def test_messages_are_answered_after_the_broker_restarts(
     service: TurnstileService, nats_server: NatsServer, nc: Client, subjects: Subjects

@@ -53,7 +53,6 @@ async def test_grouped_writes_land_each_failure_stays_its_own_and_a_cancelled_ca
             await conn.execute(text("DROP TABLE committer_probe"))
 
 
-@pytest.mark.rule("MQ-8")
 async def test_sqlite_writes_wait_for_a_held_write_lock_off_the_event_loop(engine: AsyncEngine) -> None:
     # MQ-8: a group transaction runs on the loop only when SQLite's write lock is free; when
     # another connection holds it, the write waits in the committer's thread and still lands,
@@ -91,7 +90,6 @@ async def test_sqlite_writes_wait_for_a_held_write_lock_off_the_event_loop(engin
             await conn.execute(text("DROP TABLE committer_probe"))
 
 
-@pytest.mark.rule("MQ-8")
 async def test_sqlite_wal_is_checkpointed_in_the_background_and_stays_small(
     engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -125,7 +123,6 @@ async def test_sqlite_wal_is_checkpointed_in_the_background_and_stays_small(
             await conn.execute(text("DROP TABLE committer_blobs"))
 
 
-@pytest.mark.rule("MQ-8")
 async def test_sqlite_synchronous_full_is_applied_to_every_connection_and_commits_in_the_thread(tmp_path) -> None:  # type: ignore[no-untyped-def]
     # MQ-8: TURNSTILE_SQLITE_SYNCHRONOUS=FULL makes every SQLite commit survive an OS crash;
     # those fsyncing commits run in the committer's thread, never on the event loop.

@@ -1,15 +1,24 @@
-"""The session rules import no SQL, NATS or FastStream code (DESIGN: core is pure)."""
+"""The pure core imports no SQL, NATS, FastStream or HTTP code (DESIGN: core is pure).
+
+The session rules and the whole session engine (every module of ``core.sessions``'
+rules and of ``core.engine``, its tools included) are imported in a fresh
+interpreter, which must then hold none of the I/O libraries. Adapters live in
+``core.store`` and ``core.providers.openai_chat`` behind ports.
+"""
 
 from __future__ import annotations
 
+import pkgutil
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+import core.engine
+import core.engine.tools
 
 ROOT = Path(__file__).resolve().parents[3]
-PURE_MODULES = [
+IO_LIBRARIES = {"sqlalchemy", "nats", "faststream", "asyncpg", "aiosqlite", "httpx"}
+SESSION_RULES = [
     "core.sessions.rules",
     "core.sessions.take",
     "core.sessions.text",
@@ -18,16 +27,26 @@ PURE_MODULES = [
     "core.sessions.inbound",
     "core.sessions.manager",
 ]
+ENGINE = [f"core.engine.{m.name}" for m in pkgutil.iter_modules(core.engine.__path__)] + [
+    f"core.engine.tools.{m.name}" for m in pkgutil.iter_modules(core.engine.tools.__path__)
+]
 
 
-@pytest.mark.rule("SM-1", "SM-24", "SM-27")
-def test_session_core_imports_no_io_libraries() -> None:
-    # SM-1, SM-24, SM-27: the pure rules stand alone
+def io_libraries_loaded_by(modules: list[str]) -> list[str]:
     code = (
         "import sys\n"
-        + "".join(f"import {m}\n" for m in PURE_MODULES)
-        + "bad = sorted(m for m in sys.modules if m.split('.')[0] in {'sqlalchemy', 'nats', 'faststream', 'asyncpg', 'aiosqlite'})\n"
+        + "".join(f"import {m}\n" for m in modules)
+        + f"bad = sorted({{m.split('.')[0] for m in sys.modules}} & set({sorted(IO_LIBRARIES)!r}))\n"
         + "print(','.join(bad))\n"
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=30, check=True)
-    assert result.stdout.strip() == ""
+    return [name for name in result.stdout.strip().split(",") if name]
+
+
+def test_the_session_rules_import_no_io_libraries() -> None:
+    assert io_libraries_loaded_by(SESSION_RULES) == []
+
+
+def test_the_session_engine_imports_no_io_libraries() -> None:
+    assert len(ENGINE) > 20  # every module of the engine, found on disk
+    assert io_libraries_loaded_by(ENGINE) == []
