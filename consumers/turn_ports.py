@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from core.engine import Session, SessionOptions
+from core.sessions.records import SessionRecord
 from schemas.wire import InboundMessage
 
 
@@ -25,6 +26,10 @@ class SessionBook(Protocol):
     """What the runner needs from the session manager (turn bookkeeping, generations)."""
 
     def generation_of(self, session_id: str) -> int: ...
+
+    def get_session(self, session_id: str) -> SessionRecord | None: ...
+
+    async def complete_session(self, session_id: str, result: str | None = None) -> Any: ...
 
     async def turn_started(self, session_id: str) -> Any: ...
 

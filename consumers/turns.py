@@ -89,9 +89,8 @@ class TurnRunner(ReplyDelivery):
     # -- arrival policy ---------------------------------------------------------------
     def policy(self) -> str:
         """The session's mid-turn policy now: ``metadata.mid_turn_policy`` of its record, else the default."""
-        get_session = getattr(self._book, "get_session", None)
-        record = get_session(self.session_id) if callable(get_session) else None
-        metadata = getattr(record, "metadata", None)
+        record = self._book.get_session(self.session_id)
+        metadata = record.metadata if record is not None else None
         chosen = metadata.get("mid_turn_policy") if isinstance(metadata, dict) else None
         return chosen if chosen in POLICIES else self.mid_turn_policy
 
@@ -307,6 +306,8 @@ class TurnRunner(ReplyDelivery):
 
     async def turn_ended(self, engine: Session, outcome: str, error: str | None, **data: Any) -> None:
         """SM-15 usage, SM-13/14/16 bookkeeping and the ``turn.ended`` event."""
+        if outcome == "replied":
+            await self._complete_child(engine)
         # Report what this turn used and was not reported yet (a turn can run more than once:
         # retried after a provider error or the round limit, or resumed after a crash).
         total_in, total_out = turn_usage(engine)
@@ -327,6 +328,15 @@ class TurnRunner(ReplyDelivery):
             **data, "turn_id": engine.turn_id, "outcome": outcome, "error": error, "mode": engine.state.mode.kind,
             "status": engine.status, "generation": self._generation,
         }))
+
+    async def _complete_child(self, engine: Session) -> None:
+        """SM-16: a child that finishes a turn with a reply is completed with that reply as its
+        ``result`` before its turn ends (``session.completed`` precedes ``turn.ended``)."""
+        record = self._book.get_session(self.session_id)
+        answers = [out.text for out in engine.turn_outputs if out.text]
+        if record is None or record.parent_id is None or not answers:
+            return
+        await self._book.complete_session(self.session_id, answers[-1])
 
     async def run(self, engine: Session, checkpoint: Any) -> tuple[str, str | None]:
         """Run the pending turn; map its result onto (outcome, error)."""

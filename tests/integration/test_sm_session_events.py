@@ -190,3 +190,29 @@ async def test_removing_a_workspace_emits_an_update_per_detached_session(
     event = events.json()[0]
     assert event["type"] == "session.updated" and event["data"]["change"] == "workspace_removed"
     assert event["data"]["session"]["workspace"] is None
+
+
+@pytest.mark.rule("SM-16")
+async def test_a_child_that_replies_is_completed_with_its_reply_before_its_turn_ends(
+    service: TurnstileService, nc: Client, subjects: Subjects
+) -> None:
+    # SM-16: the subtask is completed with the reply as its result before the round ends;
+    # a root that replies is completed by the turn end only, with no result.
+    parent = (await ok(nc, subjects, "session", "create", {"fields": {}}))["id"]
+    child = (await ok(nc, subjects, "session", "create_child", {"parent_id": parent}))["id"]
+    events = await Collector().attach(nc, subjects.events_of(child))
+    parent_events = await Collector().attach(nc, subjects.events_of(parent))
+    await publish_inbound(nc, subjects, inbound(child, "/tool knowledge_search {\"query\": \"q\"}\nfound it"))
+    await wait_for(lambda: "turn.ended" in [e["type"] for e in events.json()], what="the child's turn end")
+    types = [e["type"] for e in events.json()]
+    assert types.index("session.completed") < types.index("turn.ended")
+    completed = next(e for e in events.json() if e["type"] == "session.completed")
+    assert completed["data"]["result"] == "echo: found it"
+    got = await ok(nc, subjects, "session", "get", {"session_id": child})
+    assert got["status"] == "completed" and got["result"] == "echo: found it"
+
+    await publish_inbound(nc, subjects, inbound(parent, "hello"))
+    await wait_for(lambda: "turn.ended" in [e["type"] for e in parent_events.json()], what="the parent's turn end")
+    assert "session.completed" not in [e["type"] for e in parent_events.json()]
+    root = await ok(nc, subjects, "session", "get", {"session_id": parent})
+    assert root["status"] == "completed" and root["result"] is None
