@@ -6,6 +6,7 @@ from typing import Any, Protocol
 
 from core.engine import Session, SessionOptions
 from core.sessions.records import SessionRecord
+from core.sessions.take import Principal
 from schemas.wire import InboundMessage
 
 
@@ -41,6 +42,13 @@ class SessionBook(Protocol):
 def external_id_of(inbound: InboundMessage) -> str:
     """The id a turn is keyed by: the platform's event id, else one derived from the inbound message id."""
     return inbound.external_event_id or f"inbound:{inbound.platform}:{inbound.id}"
+
+
+def principal_of(inbound: InboundMessage) -> str | None:
+    """Who acts in the turn this message starts, in its journaled form (``Principal.key``)."""
+    if inbound.sender is None or not inbound.sender.user_id:
+        return None
+    return Principal(inbound.platform, inbound.sender.user_id).key
 
 
 def chat_of(book: Any, session_id: str, inbound: InboundMessage | None) -> dict[str, Any] | None:

@@ -30,7 +30,7 @@ from consumers.delivery import ReplyDelivery
 from consumers.finisher import TurnFinisher
 from consumers.publisher import Publisher
 from consumers.transitions import transition_of
-from consumers.turn_ports import EngineFactory, SessionBook, chat_of, external_id_of, turn_usage
+from consumers.turn_ports import EngineFactory, SessionBook, chat_of, external_id_of, principal_of, turn_usage
 from core.engine import FORMAT_VERSION, Session, SessionOptions, TurnExhausted
 from core.engine.snapshot import EncodedSnapshot
 from core.engine.policy import MidTurnAction, MidTurnPolicy, decide_mid_turn
@@ -242,7 +242,7 @@ class TurnRunner(ReplyDelivery):
             metadata = {
                 "external_event_id": ext_id,
                 "inbound_id": inbound.id,
-                "principal": inbound.sender.user_id if inbound.sender else None,
+                "principal": principal_of(inbound),
                 "attachments": [a.model_dump(exclude_none=True) for a in inbound.attachments],
             }
             try:

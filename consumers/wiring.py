@@ -105,12 +105,7 @@ class ManagerTakePolicy:
         self._tz = tz
 
     def can_take(self, current_id: str, target_id: str, principal: str | None) -> TakeVerdict:
-        who = None
-        if principal and ":" in principal:
-            platform, user_id = principal.split(":", 1)
-            if user_id:
-                who = take.Principal(platform=platform, user_id=user_id)
-        verdict = self._manager.can_take(current_id, target_id, who)
+        verdict = self._manager.can_take(current_id, target_id, take.Principal.from_key(principal))
         return TakeVerdict(ok=True) if verdict.ok else TakeVerdict(ok=False, reason=verdict.reason.source(self._tz) if verdict.reason else None)
 
 

@@ -13,10 +13,25 @@ from core.sessions.text import TextRef
 
 @dataclass(frozen=True)
 class Principal:
-    """One authorised identity acting in this turn: an account on a platform."""
+    """One authorised identity acting in this turn: an account on a platform.
+
+    Turns journal it as its ``key`` (``"<platform>:<user_id>"``); ``from_key`` reads
+    it back. These two are the only places that spell or split that form.
+    """
 
     platform: str
     user_id: str
+
+    @property
+    def key(self) -> str:
+        """The journaled form, ``"<platform>:<user_id>"``."""
+        return f"{self.platform}:{self.user_id}"
+
+    @classmethod
+    def from_key(cls, key: str | None) -> Principal | None:
+        """The principal journaled as ``key``; None when absent or malformed (no platform or user)."""
+        platform, sep, user_id = (key or "").partition(":")
+        return cls(platform, user_id) if sep and platform and user_id else None
 
 
 @dataclass(frozen=True)
