@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from core.engine import Session, SessionOptions
+from core.engine.options import WorkBinding
+from core.sessions.rules import root_of
 from core.sessions.records import SessionRecord
 from core.sessions.take import Principal
 from schemas.wire import InboundMessage
@@ -49,6 +51,24 @@ def principal_of(inbound: InboundMessage) -> str | None:
     if inbound.sender is None or not inbound.sender.user_id:
         return None
     return Principal(inbound.platform, inbound.sender.user_id).key
+
+
+def work_of(book: SessionBook, session_id: str) -> WorkBinding | None:
+    """The engine's view of the session's work binding (SM-5, SM-6, SM-35).
+
+    The binding is the root's (a child works in its root's project); ``current_dir`` is the
+    session's own. None when the tree has no binding (file tools are then refused).
+    """
+    record = book.get_session(session_id)
+    root = root_of(session_id, book.get_session) if record is not None else None
+    if record is None or root is None or root.work is None:
+        return None
+    return WorkBinding(
+        root=root.work.root,
+        extra_roots=tuple(root.work.extra_roots),
+        worktrees=tuple(root.work.worktrees),
+        current_dir=record.current_dir,
+    )
 
 
 def chat_of(book: Any, session_id: str, inbound: InboundMessage | None) -> dict[str, Any] | None:

@@ -30,7 +30,7 @@ from consumers.delivery import ReplyDelivery
 from consumers.finisher import TurnFinisher
 from consumers.publisher import Publisher
 from consumers.transitions import transition_of
-from consumers.turn_ports import EngineFactory, SessionBook, chat_of, external_id_of, principal_of, turn_usage
+from consumers.turn_ports import EngineFactory, SessionBook, chat_of, external_id_of, principal_of, turn_usage, work_of
 from core.engine import FORMAT_VERSION, Session, SessionOptions, TurnExhausted
 from core.engine.snapshot import EncodedSnapshot
 from core.engine.policy import MidTurnAction, MidTurnPolicy, decide_mid_turn
@@ -143,6 +143,7 @@ class TurnRunner(ReplyDelivery):
         """The session's engine for the current generation, restored from its last checkpoint."""
         generation = self.generation
         if self._engine is not None and self._generation == generation:
+            self._engine.bind_work(work_of(self._book, self.session_id))
             return self._engine
         # A session this process just created has no checkpoint of its generation and no journal.
         new = self._engine is None and self._engines.take_new(self.session_id)
@@ -162,6 +163,7 @@ class TurnRunner(ReplyDelivery):
         self._engine = await self._engines.open(
             self.session_id, restored, chat=chat_of(self._book, self.session_id, inbound), new=new
         )
+        self._engine.bind_work(work_of(self._book, self.session_id))
         self._generation = generation
         self._version_seen = self._engine.state.next_seq
         return self._engine
@@ -172,6 +174,7 @@ class TurnRunner(ReplyDelivery):
         if engine.state.next_seq != 0:
             raise RuntimeError("open_fresh on a session with history")
         self._engine = await self._engines.open(self.session_id, None, options=options)
+        self._engine.bind_work(work_of(self._book, self.session_id))
         self._version_seen = 0
         return self._engine
 

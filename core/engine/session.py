@@ -20,7 +20,7 @@ from core.engine import lifecycle
 from core.engine.journal import EntryKind, HistoryJournal, JournalEntry
 from core.engine.knowledge import KnowledgeStore
 from core.engine.objects import ResolvedObject, transport_kind_for
-from core.engine.options import RuntimeModel, SessionOptions
+from core.engine.options import RuntimeModel, SessionOptions, WorkBinding
 from core.engine.ports import Clock, HistoryReader, SameSessionOnly, TakePolicy, iso, utc_now
 from core.engine.reducer import apply
 from core.engine.session_view import SessionView
@@ -341,6 +341,15 @@ class Session(SessionView):
             self._running_op = None
             self._inflight = None
             self._cancel_requested = False
+
+    def bind_work(self, work: WorkBinding | None) -> None:
+        """Use ``work`` as the directories file tools may touch from now on (SM-5/6/35).
+
+        The binding is owned by the session records, not by the journal: the caller passes
+        the current one before each turn, so a new worktree or ``current_dir`` applies at
+        the next turn also to a session restored from an older checkpoint.
+        """
+        self._state.work = work
 
     def cancel(self, operation_id: str) -> bool:
         """Cancel the operation's provider call / tool dispatch (KS-10). True if it was running;

@@ -92,7 +92,8 @@ class LastTurn(BaseModel):
 
 
 class SessionState(BaseModel):
-    """Everything accepted about a session. Mutated only by ``core.engine.reducer``."""
+    """Everything accepted about a session. Mutated only by ``core.engine.reducer``, except
+    ``work``, which mirrors the session records (``Session.bind_work``)."""
 
     session_id: str
     session_type: str
