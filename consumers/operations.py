@@ -251,7 +251,14 @@ def other_operations(service: TurnstileService) -> list[Operation]:
         if m.get_session(req.session_id) is None:
             raise NotFound(f"session {req.session_id!r} does not exist")
         clears_history = req.types is None or HISTORY_TYPE in req.types
-        cleared = await service.clear_history(req.session_id) if clears_history else False
+        cleared = False
+        if clears_history:
+            # SM-23: scope `session` clears this session's history; scope `all` clears every
+            # session's (the children go below either way, so only roots and this one are cleared).
+            targets = [req.session_id]
+            if req.scope == "all":
+                targets += [r.id for r in m.list_sessions() if r.parent_id is None and r.id != req.session_id]
+            cleared = all([await service.clear_history(target) for target in targets])
         deleted = await m.memory_clear(req.session_id, req.types, req.scope, history_cleared=cleared)
         return MemoryClearOut(session_id=req.session_id, history_cleared=cleared, deleted=deleted)
 

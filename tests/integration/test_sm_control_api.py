@@ -365,7 +365,11 @@ async def test_memory_clear_clears_history_and_deletes_children_by_scope(
     await service.actors.join(timeout_s=10)
     assert await service.engines.journal.load(sid)
     kid = (await ok(nc, subjects, "session", "create_child", {"parent_id": sid}))["id"]
-    other_root = (await ok(nc, subjects, "session", "create", {}))["id"]
+    other_root = uid("other")
+    other_replies = await Collector().attach(nc, subjects.outbound("cli", other_root))
+    await publish_inbound(nc, subjects, inbound(other_root, "mine"))
+    await wait_for(lambda: other_replies.messages, what="the other root's reply")
+    await service.actors.join(timeout_s=10)
     other_kid = (await ok(nc, subjects, "session", "create_child", {"parent_id": other_root}))["id"]
 
     # Clearing another type deletes nothing and keeps the history.
@@ -382,10 +386,13 @@ async def test_memory_clear_clears_history_and_deletes_children_by_scope(
     assert await service.engines.journal.load(sid) == []
     assert await refused(nc, subjects, "session", "get", {"session_id": kid}) == "not_found"
     assert (await ok(nc, subjects, "session", "get", {"session_id": other_kid}))["parent_id"] == other_root
-    # scope all: every child session goes.
+    assert await service.engines.journal.load(other_root)  # another session's history is not touched
+    # scope all: every session's history is cleared and every child session goes.
     cleared = await ok(nc, subjects, "memory", "clear", {"session_id": sid, "scope": "all"})
-    assert other_kid in cleared["deleted"]
+    assert cleared["history_cleared"] is True and other_kid in cleared["deleted"]
     assert await refused(nc, subjects, "session", "get", {"session_id": other_kid}) == "not_found"
+    assert await service.engines.journal.load(other_root) == []
+    assert (await ok(nc, subjects, "session", "get", {"session_id": other_root}))["id"] == other_root
     # The session itself lives on and answers with a fresh history.
     await publish_inbound(nc, subjects, inbound(sid, "again"))
     await wait_for(lambda: len(replies.messages) >= 2, what="a reply after the clear")
