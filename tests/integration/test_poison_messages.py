@@ -127,3 +127,22 @@ async def test_a_process_that_lost_the_session_to_another_owner_stops_without_de
     assert service.inbox is not None
     await service.inbox.flush()
     assert await service.inbox.status_of("cli", body["id"]) == "staged"  # left for the owner
+
+
+async def test_a_message_that_cannot_even_be_dead_lettered_is_served_again_ahead_of_the_next(
+    service: TurnstileService, nc: Client, subjects: Subjects
+) -> None:
+    sid = f"nodlq-{uuid.uuid4().hex[:6]}"
+    # One failure more than a pass of retries: the second pass succeeds.
+    journal = _failing_journal(service, "STUBBORN", lambda: RuntimeError("journal exploded"), RETRY_ATTEMPTS + 1)
+    replies = await Collector().attach(nc, subjects.outbound("cli", sid))
+    await _answered(nc, subjects, sid, replies)
+    await nc.jetstream().delete_stream(subjects.dlq_stream)  # the dead letter cannot be stored
+    first, after = inbound(sid, "STUBBORN one"), inbound(sid, "next one")
+    await publish_inbound(nc, subjects, first)
+    await publish_inbound(nc, subjects, after)
+
+    await wait_for(lambda: any(r["reply_to"] == after["id"] for r in replies.json()), what="the next reply")
+    assert journal.failures == RETRY_ATTEMPTS + 1
+    order = [r["reply_to"] for r in replies.json()]
+    assert order.index(first["id"]) < order.index(after["id"])
