@@ -78,18 +78,20 @@ class SessionActor:
         try:
             while True:
                 try:
-                    _, _, item = await asyncio.wait_for(self.mailbox.get(), self.idle_s)
+                    priority, order, item = await asyncio.wait_for(self.mailbox.get(), self.idle_s)
                 except TimeoutError:
                     if self.mailbox.empty():
                         return
                     continue
                 self.busy = True
                 self.runner.begin_item()
+                handled = False
                 try:
                     if isinstance(item, Command):
                         await self._serve(item)
                     else:
                         await self.runner.handle(item.staged, item.inbound)
+                    handled = True
                     await self.runner.settle_checkpoints()  # no checkpoint stays unacknowledged between items
                 except asyncio.CancelledError:
                     if isinstance(item, Command) and not item.result.done():
@@ -98,6 +100,10 @@ class SessionActor:
                 except Exception:
                     what = item.name if isinstance(item, Command) else item.staged.message_id
                     log.exception("session %s: handling %s failed", self.session_id, what)
+                    if isinstance(item, Work) and not handled:
+                        # Not even dead-lettered (the broker is away): served again, still ahead
+                        # of the session's later messages (its place in the mailbox is kept).
+                        self.mailbox.put_nowait((priority, order, item))
                 finally:
                     self.busy = False
                     self.mailbox.task_done()

@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig, StorageType
-from nats.js.errors import BadRequestError, KeyWrongLastSequenceError
+from nats.js.errors import BadRequestError, KeyWrongLastSequenceError, NotFoundError
 from nats.js.kv import KeyValue
 
 log = logging.getLogger(__name__)
@@ -81,6 +81,24 @@ class OwnershipLease:
             await asyncio.sleep(poll)
         log.info("lease acquired by %s", self.owner_id)
         self._renewer = asyncio.create_task(self._renew(on_lost), name="lease-renewal")
+
+    async def still_ours(self) -> bool:
+        """Whether this process still holds the lease, read from the bucket now (not from memory).
+
+        False once the lease was lost or the bucket names another holder (or none: it expired);
+        True when the bucket cannot be read (the renewal decides then, and checkpoints stay fenced).
+        """
+        if self._revision is None:
+            return False
+        try:
+            kv = await self._bucket_kv()
+            entry = await kv.get(LEASE_KEY)
+        except NotFoundError:  # deleted or expired: nobody holds it, so not we
+            return False
+        except Exception as exc:
+            log.warning("reading the ownership lease failed (%r); assuming it is still ours", exc)
+            return True
+        return entry.value == self.owner_id.encode()
 
     async def holder(self) -> str | None:
         kv = await self._bucket_kv()

@@ -172,19 +172,25 @@ class Publisher:
         )
 
     async def dead_letter(
-        self, subject: str, raw: bytes, headers: dict[str, str] | None, code: str, message: str
+        self, subject: str, raw: bytes, headers: dict[str, str] | None, code: str, message: str,
+        *, session_id: str | None = None, dlq_subject: str | None = None, msg_id: str | None = None,
     ) -> None:
-        """Put a rejected raw input on the dead-letter stream with its error."""
+        """Put a rejected raw input on the dead-letter stream with its error (default subject
+        ``<prefix>.dlq.inbound``; a message given up after its turn kept failing: ``dlq_subject``)."""
         letter = DeadLetter(
             error=ErrorBody(code=code, message=message),
             subject=subject,
             raw=raw.decode("utf-8", errors="replace"),
             headers=dict(headers or {}),
+            session_id=session_id,
             at=time.time(),
         )
+        dlq_headers = {"Turnstile-Error-Code": code}
+        if msg_id is not None:
+            dlq_headers["Nats-Msg-Id"] = msg_id
         await self.js.publish(
-            self.subjects.dlq_inbound,
+            dlq_subject or self.subjects.dlq_inbound,
             orjson.dumps(letter.model_dump()),
             timeout=self.timeout_s,
-            headers={"Turnstile-Error-Code": code},
+            headers=dlq_headers,
         )

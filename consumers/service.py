@@ -17,6 +17,7 @@ from consumers.inbound import InboundLoop
 from consumers.lease import OwnershipLease
 from consumers.operations import control_operations
 from consumers.publisher import Publisher
+from consumers.retry_policy import TurnRetryPolicy
 from consumers.settings import Settings, service_time_zone
 from consumers.streams import ensure_streams
 from consumers.turns import TurnRunner
@@ -73,6 +74,8 @@ class TurnstileService:
         await self.manager.start()
         self.engines.take_policy = ManagerTakePolicy(self.manager, service_time_zone(s.time_zone))
         turn_slots = asyncio.Semaphore(s.max_concurrent_turns)
+        retry = TurnRetryPolicy(s.turn_retry_attempts, s.turn_retry_max_backoff_s)
+        still_owner = self.lease.still_ours
         self.actors = ActorRegistry(
             lambda sid: TurnRunner(
                 sid,
@@ -82,6 +85,8 @@ class TurnstileService:
                 inbox=self.inbox,  # type: ignore[arg-type]
                 turn_slots=turn_slots,
                 mid_turn_policy=s.mid_turn_policy,
+                retry=retry,
+                still_owner=still_owner,
             ),
             idle_s=s.actor_idle_s,
         )

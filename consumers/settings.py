@@ -61,6 +61,12 @@ class Settings(BaseSettings):
         description="allocations between young-generation garbage collections in a served process "
         "(CPython's default 700 costs ~40% more CPU per message with many sessions; 0 keeps the default)",
     )
+    turn_retry_attempts: int = Field(
+        6, gt=0, description="attempts at serving one staged message before it is dead-lettered (`<prefix>.dlq.turn`)"
+    )
+    turn_retry_max_backoff_s: float = Field(
+        10.0, ge=0, description="longest wait between two attempts (the waits double from 0.5 s up to this)"
+    )
     mid_turn_policy: str = Field("enqueue", pattern="^(enqueue|interrupt|reject)$", description="default for messages arriving mid-turn: enqueue, interrupt or reject")
 
     # ownership

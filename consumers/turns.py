@@ -21,14 +21,17 @@ import logging
 import time
 import uuid
 from collections import deque
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
+from tenacity import RetryCallState
 
 from consumers.checkpoints import CheckpointChain
 from consumers.delivery import ReplyDelivery
 from consumers.finisher import TurnFinisher
 from consumers.publisher import Publisher
+from consumers.retry_policy import OwnershipLost, TurnRetryPolicy
 from consumers.transitions import transition_of
 from consumers.turn_ports import EngineFactory, SessionBook, chat_of, external_id_of, principal_of, turn_usage, work_of
 from core.engine import FORMAT_VERSION, Session, SessionOptions, TurnExhausted
@@ -40,10 +43,9 @@ from schemas.wire import Checkpoint, InboundMessage
 
 log = logging.getLogger(__name__)
 
-RETRY_ATTEMPTS = 5
-RETRY_BASE_DELAY_S = 0.2
 MAX_ERROR_CHARS = 200
 BUSY_REASON = "busy"
+FAILED_REASON = "failed"
 POLICIES = tuple(p.value for p in MidTurnPolicy)
 FINISHED_REMEMBERED = 256
 # Checkpoints of these steps are stored before the engine goes on: a tool runs next.
@@ -63,8 +65,13 @@ class TurnRunner(ReplyDelivery):
         inbox: SqlInbox,
         turn_slots: asyncio.Semaphore,
         mid_turn_policy: str = "enqueue",
+        retry: TurnRetryPolicy | None = None,
+        still_owner: Callable[[], Awaitable[bool]] | None = None,
     ) -> None:
         self.session_id = session_id
+        self._retry = retry or TurnRetryPolicy()
+        # "Does this process still own the session?" (the ownership lease); None: always.
+        self._still_owner = still_owner
         self._engines = engines
         self._book = book
         self._pub = publisher
@@ -208,17 +215,58 @@ class TurnRunner(ReplyDelivery):
 
     # -- one message ----------------------------------------------------------------------
     async def handle(self, staged: StagedMessage, inbound: InboundMessage) -> None:
-        """Serve one staged message; transient failures are retried, then it stays staged."""
-        for attempt in range(RETRY_ATTEMPTS):
-            try:
-                await self._handle_once(staged, inbound)
+        """Serve one staged message. A failure is retried with backoff (``TurnRetryPolicy``); a
+        message that keeps failing is dead-lettered on ``<prefix>.dlq.turn`` and dropped
+        (``message.dropped`` reason ``failed``), so the session goes on with its next message.
+        A process that no longer owns the session stops instead: the message stays staged for
+        the owner. Raises only when even the dead letter cannot be published."""
+        try:
+            async for attempt in self._retry.retrying(self._before_retry):
+                with attempt:
+                    await self._handle_once(staged, inbound)
+        except OwnershipLost as exc:
+            log.warning("session %s: %s; %s stays staged for it", self.session_id, exc, staged.message_id)
+        except Exception as exc:
+            self.unload()
+            if not await self._owned():
+                log.warning("session %s: another process owns it now; %s stays staged for it",
+                            self.session_id, staged.message_id)
                 return
-            except (CheckpointFailed, Unavailable) as exc:
-                # Another writer, or the broker is unreachable: forget what we hold and reload.
-                log.warning("session %s: %s (attempt %d)", self.session_id, exc.message, attempt + 1)
-                self.unload()
-                await asyncio.sleep(RETRY_BASE_DELAY_S * 2**attempt)
-        log.error("session %s: giving up on %s for now; it stays staged", self.session_id, staged.message_id)
+            await self._give_up(staged, inbound, exc)
+
+    async def _owned(self) -> bool:
+        return True if self._still_owner is None else await self._still_owner()
+
+    async def _before_retry(self, state: RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome is not None else None
+        log.warning("session %s: serving %s failed (attempt %d): %r",
+                    self.session_id, getattr(exc, "message", None) or exc, state.attempt_number, exc)
+        self.unload()  # forget what we hold: the next attempt restores from the last checkpoint
+        # A fence refusal or a lost lease means another process serves this session now: never
+        # retry on top of its state, never dead-letter its message.
+        if not await self._owned():
+            raise OwnershipLost("another process owns the session now")
+
+    async def _give_up(self, staged: StagedMessage, inbound: InboundMessage, exc: Exception) -> None:
+        """Dead-letter ``staged`` with its error, then drop it (event + inbox mark)."""
+        code = exc.code if isinstance(exc, TurnstileError) else "internal"
+        message = (exc.message if isinstance(exc, TurnstileError) else repr(exc))[:MAX_ERROR_CHARS]
+        log.error("session %s: %s failed %d times (%s: %s); dead-lettered",
+                  self.session_id, staged.message_id, self._retry.attempts, code, message)
+        subjects = self._pub.subjects
+
+        async def _log_retry(state: RetryCallState) -> None:
+            log.warning("session %s: dead-lettering %s failed (attempt %d)",
+                        self.session_id, staged.message_id, state.attempt_number)
+
+        async for attempt in self._retry.retrying(_log_retry):
+            with attempt:
+                await self._pub.dead_letter(
+                    subjects.inbound(inbound.platform, inbound.session_id), staged.payload, None, code, message,
+                    session_id=self.session_id, dlq_subject=subjects.dlq_turn,
+                    msg_id=f"turn:{staged.platform}:{staged.message_id}",
+                )
+        await self._drop(staged, inbound, FAILED_REASON, f"{code}: {message}")
 
     async def _handle_once(self, staged: StagedMessage, inbound: InboundMessage) -> None:
         # SM-22 / MQ-5: a message of an older generation is dropped before its turn.
@@ -252,8 +300,8 @@ class TurnRunner(ReplyDelivery):
                 began = await engine.begin_user_turn(
                     inbound.text, metadata, checkpoint=self.checkpointer(inbound.id, "message_staged")
                 )
-            except CheckpointFailed:
-                raise
+            except (CheckpointFailed, Unavailable):
+                raise  # not the message's fault: retried (handle)
             except TurnstileError as exc:
                 await self._drop(staged, inbound, exc.code, exc.message)
                 return

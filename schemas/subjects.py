@@ -61,6 +61,10 @@ class Subjects:
         return f"{self.prefix}.dlq.inbound"
 
     @property
+    def dlq_turn(self) -> str:
+        return f"{self.prefix}.dlq.turn"
+
+    @property
     def dlq_all(self) -> str:
         return f"{self.prefix}.dlq.>"
 

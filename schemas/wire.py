@@ -136,6 +136,7 @@ class DeadLetter(WireModel):
     subject: str
     raw: str = Field(description="the raw payload, UTF-8 decoded with replacement")
     headers: dict[str, str] = Field(default_factory=dict)
+    session_id: str | None = Field(None, description="the session of a message given up after its turn kept failing")
     at: float
 
 
