@@ -81,6 +81,14 @@ class TurnOperations:
         manager = self._service.manager
         return manager is not None and manager.get_session(session_id) is not None
 
+    async def _file(self, session_id: str) -> None:
+        """File a mode turn's session by id once its opening is staged (kind ``owner``, no origin,
+        like the seed's ensureSession for scheduled targets), so its status, tokens and last turn
+        are kept (SM-13..16) and it is listed and deleted like any other session."""
+        manager = self._service.manager
+        if manager is not None and manager.get_session(session_id) is None:
+            await manager.ensure_session(session_id)
+
     # -- session.interrupt ------------------------------------------------------------
     async def interrupt(self, req: InterruptRequest) -> Any:
         sid = req.session_id
@@ -240,6 +248,7 @@ class TurnOperations:
                 if not staged:
                     runner.unload()
                     raise Conflict(f"the {kind} opening of {sid!r} was not staged")
+                await self._file(sid)
             await runner.turn_started(engine, trigger=f"turn.{kind}")
             started = {"session_id": sid, "mode": kind, "turn_id": engine.turn_id, "status": engine.status}
             if not wait:

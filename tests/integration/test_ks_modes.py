@@ -145,3 +145,31 @@ async def test_knowledge_ops_refuse_clearly(service: TurnstileService, nc: Clien
     assert unscoped["error"]["code"] == "invalid"
     ingress_of_nothing = await api(nc, subjects, "turn", "ingress", {"session_id": _id("ghost"), "final_text": "x"})
     assert ingress_of_nothing["error"]["code"] == "not_found"
+
+
+@pytest.mark.rule("SM-13", "SM-15", "SM-16")
+async def test_a_mode_turn_files_its_session_so_it_is_kept_listed_and_deletable(
+    service: TurnstileService, nc: Client, subjects: Subjects
+) -> None:
+    # A free-time slice on a new id files the session by id (kind owner): its usage, status and
+    # last turn are kept like a conversation's, it is listed, and session.delete removes it.
+    sid, root = _id("ftfiled"), _id("kroot")
+    events = await Collector().attach(nc, subjects.events_of(sid))
+    result = await _ok(nc, subjects, "turn", "free_time", {
+        "session_id": sid, "roots": [root], "wait": True, "instructions": "/usage 7 3\n/say resting"})
+    assert result["completed"] is True
+    await wait_for(lambda: events_of(events, "turn.ended"), what="turn.ended")
+
+    async def recorded() -> dict[str, Any] | None:
+        got = await _ok(nc, subjects, "session", "get", {"session_id": sid})
+        return got if got["last_turn"] is not None and got["tokens"] is not None else None
+
+    got = await wait_for(recorded, what="the turn's bookkeeping")
+    assert got["kind"] == "owner" and got["origin_platform"] is None
+    assert got["status"] == "completed" and got["tokens"] == {"input": 7, "output": 3}
+    assert got["last_turn"]["outcome"] in {"replied", "silent"}
+    listed = await _ok(nc, subjects, "session", "list", {})
+    assert sid in [s["id"] for s in listed]
+    deleted = await _ok(nc, subjects, "session", "delete", {"session_id": sid})
+    assert sid in deleted["deleted"]
+    assert (await api(nc, subjects, "session", "get", {"session_id": sid}))["error"]["code"] == "not_found"
