@@ -84,14 +84,19 @@ HISTORY_TYPE = "context"
 class Rendering:
     """Turns records into result models, rendering text objects in the service time zone (SM-2)."""
 
-    def __init__(self, tz: tzinfo) -> None:
+    def __init__(self, tz: tzinfo, room_class_of: Callable[[str], str]) -> None:
         self._tz = tz
+        self._room_class_of = room_class_of
 
     def label(self, text: TextRef) -> LabelOut:
         return LabelOut(source=text.render("en", self._tz), en=text.render("en", self._tz), zh=text.render("zh", self._tz))
 
     def session(self, record: SessionRecord) -> SessionOut:
-        return SessionOut.model_validate({**record_to_json(record), "label": self.label(rules.session_label(record))})
+        return SessionOut.model_validate({
+            **record_to_json(record),
+            "label": self.label(rules.session_label(record)),
+            "room_class": self._room_class_of(record.id),
+        })
 
     def sessions(self, records: list[SessionRecord]) -> list[SessionOut]:
         return [self.session(r) for r in records]
@@ -138,9 +143,17 @@ def real_directory(root: str) -> str:
     return real
 
 
+def rendering(service: TurnstileService) -> Rendering:
+    """Result rendering in the service time zone, with SM-9's room class read from the manager."""
+    return Rendering(
+        service_time_zone(service.settings.time_zone),
+        room_class_of=lambda session_id: str(service.manager.room_class(session_id)),
+    )
+
+
 def session_operations(service: TurnstileService) -> list[Operation]:
     """session.*: create, create_child, ensure, get, list, children, update, title, complete, delete, …"""
-    render = Rendering(service_time_zone(service.settings.time_zone))
+    render = rendering(service)
 
     def manager() -> SessionManager:
         m: SessionManager = service.manager
@@ -240,7 +253,7 @@ def session_operations(service: TurnstileService) -> list[Operation]:
 
 def other_operations(service: TurnstileService) -> list[Operation]:
     """memory.clear, take.check, place.*, workspace.*, platform.*."""
-    render = Rendering(service_time_zone(service.settings.time_zone))
+    render = rendering(service)
 
     def manager() -> SessionManager:
         m: SessionManager = service.manager

@@ -38,6 +38,7 @@ from core.engine import FORMAT_VERSION, Session, SessionOptions, TurnExhausted
 from core.engine.snapshot import EncodedSnapshot
 from core.engine.policy import MidTurnAction, MidTurnPolicy, decide_mid_turn
 from core.errors import Cancelled, CheckpointFailed, TurnstileError, Unavailable
+from core.sessions.rules import from_elsewhere
 from core.store.inbox import DROPPED, SqlInbox, StagedMessage
 from schemas.wire import Checkpoint, InboundMessage
 
@@ -294,6 +295,8 @@ class TurnRunner(ReplyDelivery):
                 "external_event_id": ext_id,
                 "inbound_id": inbound.id,
                 "principal": principal_of(inbound),
+                # SM-11: entered through another platform than the room's origin (a relayed message).
+                "from_elsewhere": from_elsewhere(inbound, self._book.get_session),
                 "attachments": [a.model_dump(exclude_none=True) for a in inbound.attachments],
             }
             try:
@@ -308,7 +311,9 @@ class TurnRunner(ReplyDelivery):
             if not began:
                 await self._drop(staged, inbound, "not_staged", "empty input, a completed session or a duplicate")
                 return
-        await self.turn_started(engine, inbound_id=inbound.id)
+        await self.turn_started(
+            engine, inbound_id=inbound.id, from_elsewhere=from_elsewhere(inbound, self._book.get_session)
+        )
         outcome, error = await self.run(engine, checkpoint)
         # SM-22 / MQ-5: deleted while running → no outbound delivery.
         if self.generation != staged.generation:

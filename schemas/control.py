@@ -319,6 +319,9 @@ class SessionOut(ControlResult):
     tokens: dict[str, int] | None
     take_settings: dict[str, Any] | None
     label: LabelOut
+    room_class: Literal["room", "owner-only", "internal"] = Field(
+        description="SM-9, derived: who is in the session's audience, judged on its root"
+    )
 
 
 class PlaceOut(ControlResult):

@@ -247,6 +247,8 @@ class Session(SessionView):
         user = {"text": text, "attachments": listed, "agent_owned": False}
         if inbound_id:
             user["inbound_id"] = inbound_id
+        if meta.get("from_elsewhere"):
+            user["from_elsewhere"] = True  # SM-11: relayed from another platform than the room's
         drafts = [
             Draft(EntryKind.EVENT, {"type": "turn_started", "principal": meta.get("principal")}, turn_id, event_id),
             *[Draft(EntryKind.OBJECT, o, turn_id, event_id) for o in objects],

@@ -65,3 +65,32 @@ async def test_a_user_may_read_her_own_private_chat_from_a_group_turn_but_not_so
     refusal = [r for r in other if r not in own]
     assert len(refusal) == 1 and refusal[0]["ok"] is False, other
     assert "other people's private chats" in str(refusal[0]["content"])
+
+
+@pytest.mark.rule("SM-9", "SM-11")
+async def test_room_class_is_on_the_record_and_a_relayed_message_is_marked_from_elsewhere(
+    service: TurnstileService, nc: Client, subjects: Subjects
+) -> None:
+    # SM-9: a group room is `room`, a CLI-created session `owner-only`, a filed-by-id one `internal`.
+    group = uid("group")
+    await answered(nc, subjects, group, inbound(
+        group, "hi", platform="tg", sender={"user_id": "u1"}, chat={"type": "group", "target_id": "g1", "multi_party": True},
+    ))
+    got = await api(nc, subjects, "session", "get", {"session_id": group})
+    assert got["result"]["room_class"] == "room"
+    cli = (await api(nc, subjects, "session", "create", {"creation": {"created_from": "cli"}}))["result"]
+    assert cli["room_class"] == "owner-only"
+    filed = (await api(nc, subjects, "session", "create", {}))["result"]
+    assert filed["room_class"] == "internal"
+    # SM-11: the same room reached from another platform: the turn says so, a native one does not.
+    events = await Collector().attach(nc, subjects.events_of(group))
+    checkpoints = await Collector().attach(nc, subjects.checkpoint(group))
+    replies = await Collector().attach(nc, subjects.outbound("webui", group))
+    await publish_inbound(nc, subjects, inbound(group, "relayed", platform="webui", sender={"user_id": "u1"}))
+    await wait_for(lambda: replies.messages, what="the relayed message's reply")
+    started = [e["data"] for e in events.json() if e["type"] == "turn.started"]
+    assert started and started[-1]["from_elsewhere"] is True
+    await wait_for(lambda: checkpoints.messages, what="a checkpoint")
+    staged = [i for i in checkpoints.json()[-1]["snapshot"]["transcript"] if i["kind"] == "user_message"]
+    assert staged[-1]["payload"].get("from_elsewhere") is True
+    assert "from_elsewhere" not in staged[0]["payload"]
