@@ -139,8 +139,11 @@ class TurnRunner(ReplyDelivery):
         self.request_stop("deleted")
 
     async def release(self) -> None:
+        """The actor ends (evicted idle, or shutdown): finish what is settling, then release the
+        session's file leases (KS-19) — unless a turn is still pending, whose resumption (here
+        after a restart, or in another process) must keep its write leases."""
         await self.wait_finished()
-        if self._engine is not None:
+        if self._engine is not None and not self._engine.pending_turn:
             await self._engine.release_managed_sources()
 
     @property

@@ -14,7 +14,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from consumers.settings import Settings
 from core.engine import (
     JournalHistoryReader,
-    LeaseRegistry,
     RuntimeModel,
     Session,
     SessionOptions,
@@ -31,6 +30,7 @@ from core.sessions.ports import ClearSessionData, EventSink
 from core.store.committer import GroupCommitter
 from core.store.journal_repo import SqlHistoryJournal
 from core.store.knowledge_repo import SqlKnowledgeStore
+from core.store.lease_repo import SqlFileLeases
 from core.store.session_repo import SqlSessionRepository
 from schemas.wire import InboundMessage
 
@@ -204,7 +204,7 @@ class EngineSessions:
         self.knowledge = SqlKnowledgeStore(db)
         self.provider = build_provider(settings)
         self.tools = builtin_registry()
-        self.leases = LeaseRegistry()
+        self.leases = SqlFileLeases(db)
         self.take_policy: Any = None
         self.runtime = RuntimeModel(
             model=settings.model,

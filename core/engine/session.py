@@ -27,6 +27,7 @@ from core.engine.session_view import SessionView
 from core.engine.snapshot import EncodedSnapshot, encode_snapshot, state_from_snapshot
 from core.engine.state import KnowledgePlan, SessionState
 from core.engine.tools import LeaseRegistry, ToolRegistry, builtin_registry
+from core.engine.tools.leases import FileLeases
 from core.errors import Cancelled, CheckpointFailed, Conflict, InvalidInput, NotFound
 from core.providers.base import Provider, Usage
 
@@ -61,7 +62,7 @@ class Session(SessionView):
         knowledge: KnowledgeStore,
         take_policy: TakePolicy,
         history_reader: HistoryReader | None,
-        leases: LeaseRegistry,
+        leases: FileLeases,
         clock: Clock,
     ) -> None:
         self._state = state
@@ -100,7 +101,7 @@ class Session(SessionView):
         clock: Clock = utc_now,
         take_policy: TakePolicy | None = None,
         history_reader: HistoryReader | None = None,
-        leases: LeaseRegistry | None = None,
+        leases: FileLeases | None = None,
         journal_empty: bool = False,
     ) -> Session:
         """Create or reopen a session (KS-2).
@@ -379,7 +380,7 @@ class Session(SessionView):
 
     async def release_managed_sources(self) -> int:
         """Release the session-scoped leases of managed development tools (KS-19)."""
-        return self.leases.release_all(self._state.managed_source_session_id)
+        return await self.leases.release_all(self._state.managed_source_session_id)
 
     # ------------------------------------------------------------------ queries
     async def resolve_object(self, object_id: str) -> ResolvedObject:

@@ -9,7 +9,7 @@ from core.engine.knowledge import KnowledgeStore
 from core.engine.objects import ResolvedObject
 from core.engine.ports import Clock, HistoryReader, TakePolicy
 from core.engine.state import SessionState
-from core.engine.tools.leases import LeaseRegistry
+from core.engine.tools.leases import FileLeases
 from core.providers.base import Provider
 
 
@@ -23,7 +23,7 @@ class ToolContext:
     knowledge: KnowledgeStore
     take_policy: TakePolicy
     history_reader: HistoryReader | None
-    leases: LeaseRegistry
+    leases: FileLeases
     clock: Clock
     resolve_object: Callable[[str], Awaitable[ResolvedObject]]
     new_id: Callable[[str], str]

@@ -70,7 +70,7 @@ async def _read_file(ctx: ToolContext, args: dict[str, Any]) -> ToolOutcome:
 
 async def _write_file(ctx: ToolContext, args: dict[str, Any]) -> ToolOutcome:
     real = confine(ctx.state.work, args["path"])
-    ctx.leases.acquire(ctx.state.managed_source_session_id, real)
+    await ctx.leases.acquire(ctx.state.managed_source_session_id, real)
     await asyncio.to_thread(_write, real, args["content"])
     return ToolOutcome(ok=True, content=f"wrote {len(args['content'].encode('utf-8'))} bytes to {args['path']}")
 

@@ -222,13 +222,13 @@ async def test_release_managed_sources_releases_session_leases(
     await writer.begin_user_turn(_call("write_file", {"path": "out.txt", "content": "1"}))
     await writer.run_pending_turn("op", Recorder())
     target = os.path.realpath(tmp_path / "proj" / "src" / "out.txt")
-    assert leases.held_by(writer.state.managed_source_session_id) == [target]
+    assert await leases.held_by(writer.state.managed_source_session_id) == [target]
     other = await make_session(options=options, session_id="other")
     await other.begin_user_turn(_call("write_file", {"path": "out.txt", "content": "2"}))
     await other.run_pending_turn("op", Recorder())
     assert "conflict" in _tool_results(other)[0]["content"]
     assert await writer.release_managed_sources() == 1
-    assert leases.held_by(writer.state.managed_source_session_id) == []
+    assert await leases.held_by(writer.state.managed_source_session_id) == []
     await other.begin_user_turn(_call("write_file", {"path": "out.txt", "content": "2"}))
     await other.run_pending_turn("op-2", Recorder())
     assert _tool_results(other)[-1]["ok"]
