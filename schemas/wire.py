@@ -6,6 +6,8 @@ from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from schemas.tokens import check_session_id_size
+
 T = TypeVar("T")
 
 
@@ -64,7 +66,7 @@ class InboundMessage(WireModel):
     def _no_control_chars(cls, value: str | None) -> str | None:
         if value is not None and any(ord(c) < 32 for c in value):
             raise ValueError("session_id must not contain control characters")
-        return value
+        return value if value is None else check_session_id_size(value)
 
 
 class OutboundReply(WireModel):

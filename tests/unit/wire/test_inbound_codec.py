@@ -46,3 +46,15 @@ def test_bad_input_is_refused_with_a_clear_code(subject: str, raw: bytes, code: 
     assert isinstance(err, ErrorBody)
     assert err.code == code
     assert err.message
+
+
+def test_a_session_id_too_long_for_a_subject_token_is_invalid() -> None:
+    # 300 × "é" is 600 bytes of UTF-8: its 1800-character token plus the service's own
+    # subjects would crowd the server's control line, so the id is refused, not filed.
+    sid = "é" * 300
+    subject = f"turnstile.inbound.cli.{'~C3~A9' * 300}"
+    err = decode_inbound(PREFIX, subject, body(session_id=sid), 100_000)
+    assert isinstance(err, ErrorBody) and err.code == "invalid" and "session id" in err.message
+    fits = "é" * 256
+    ok = decode_inbound(PREFIX, f"turnstile.inbound.cli.{'~C3~A9' * 256}", body(session_id=fits), 100_000)
+    assert isinstance(ok, InboundMessage)
