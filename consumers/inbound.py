@@ -180,7 +180,13 @@ class InboundLoop:
 
     async def _reject(self, m: Msg, error: ErrorBody) -> None:
         try:
-            await self._publisher.dead_letter(m.subject, m.data, m.headers, error.code, error.message)
+            stream_seq: int | None = m.metadata.sequence.stream
+        except Exception:  # not a JetStream delivery (tests drive process_batch directly)
+            stream_seq = None
+        try:
+            await self._publisher.dead_letter(
+                m.subject, m.data, m.headers, error.code, error.message, stream_seq=stream_seq
+            )
         except Exception as exc:
             # Not on the DLQ yet: let JetStream redeliver rather than lose it.
             log.warning("dead-lettering failed (%r); redelivering", exc)

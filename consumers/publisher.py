@@ -13,9 +13,10 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.errors import APIError, NoStreamResponseError, NotFoundError
 
+from consumers.dead_letters import dead_letter_payload
 from core.errors import CheckpointFailed
 from schemas.subjects import Subjects
-from schemas.wire import DeadLetter, ErrorBody, OutboundReply
+from schemas.wire import OutboundReply
 
 log = logging.getLogger(__name__)
 
@@ -81,10 +82,15 @@ class Publisher:
     """Thin JetStream publisher: checkpoints fenced, their acks awaited by the caller
     (``consumers/checkpoints.py``); events and replies pipelined and settled later."""
 
-    def __init__(self, nc: Client, js: JetStreamContext, subjects: Subjects, timeout_s: float = 10.0) -> None:
+    def __init__(
+        self, nc: Client, js: JetStreamContext, subjects: Subjects, timeout_s: float = 10.0,
+        dlq_raw_max_bytes: int = 16_384,
+    ) -> None:
         self.js = js
         self.subjects = subjects
         self.timeout_s = timeout_s
+        self.dlq_raw_max_bytes = dlq_raw_max_bytes
+        self._nc = nc
         self._acks = StreamAcks(nc)
         self._pending: set[asyncio.Future[Any]] = set()
 
@@ -172,19 +178,21 @@ class Publisher:
         )
 
     async def dead_letter(
-        self, subject: str, raw: bytes, headers: dict[str, str] | None, code: str, message: str
+        self, subject: str, raw: bytes, headers: dict[str, str] | None, code: str, message: str,
+        stream_seq: int | None = None,
     ) -> None:
-        """Put a rejected raw input on the dead-letter stream with its error."""
-        letter = DeadLetter(
-            error=ErrorBody(code=code, message=message),
+        """Put a rejected raw input on the dead-letter stream with its error; the letter always fits
+        (a bounded prefix of ``raw`` plus its size, sha256 and ``stream_seq``: ``consumers/dead_letters.py``)."""
+        payload = dead_letter_payload(
             subject=subject,
-            raw=raw.decode("utf-8", errors="replace"),
-            headers=dict(headers or {}),
-            at=time.time(),
+            raw=raw,
+            headers=headers,
+            code=code,
+            message=message,
+            stream_seq=stream_seq,
+            raw_max_bytes=self.dlq_raw_max_bytes,
+            max_payload_bytes=self._nc.max_payload,
         )
         await self.js.publish(
-            self.subjects.dlq_inbound,
-            orjson.dumps(letter.model_dump()),
-            timeout=self.timeout_s,
-            headers={"Turnstile-Error-Code": code},
+            self.subjects.dlq_inbound, payload, timeout=self.timeout_s, headers={"Turnstile-Error-Code": code}
         )
