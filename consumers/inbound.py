@@ -145,7 +145,10 @@ class InboundLoop:
         """Handle one fetched batch (public so tests can drive it directly)."""
         good: list[tuple[Msg, InboundMessage]] = []
         for m in msgs:
-            decoded = decode_inbound(self._settings.prefix, m.subject, m.data, self._settings.max_inbound_bytes)
+            decoded = decode_inbound(
+                self._settings.prefix, m.subject, m.data, self._settings.max_inbound_bytes,
+                self._settings.max_attachment_bytes,
+            )
             if isinstance(decoded, ErrorBody):
                 await self._reject(m, decoded)
             else:

@@ -33,6 +33,11 @@ class Settings(BaseSettings):
 
     # inbound
     max_inbound_bytes: int = Field(262_144, gt=0, description="larger inbound payloads are dead-lettered")
+    max_attachment_bytes: int = Field(
+        196_608, ge=0,
+        description="decoded bytes of one inline attachment (data_base64); a message with a larger one is "
+        "dead-lettered (invalid_attachment)",
+    )
     dlq_raw_max_bytes: int = Field(
         16_384, ge=0,
         description="raw bytes kept in a dead letter (fewer when it would not fit under the server's "

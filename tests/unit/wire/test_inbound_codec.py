@@ -37,12 +37,16 @@ def test_a_good_message_decodes() -> None:
         ("turnstile.inbound.cli.s2", body(), "subject_mismatch"),
         ("turnstile.inbound.cli.a~zz", body(), "bad_subject"),
         ("turnstile.inbound.cli._", body(session_id=None), "no_session"),
-        (SUBJECT, body(attachments=[{"file_name": ""}]), "invalid"),
+        (SUBJECT, body(attachments=[{"file_name": ""}]), "invalid_attachment"),
+        (SUBJECT, body(attachments=[{"file_name": "../../etc/passwd"}]), "invalid_attachment"),
+        (SUBJECT, body(attachments=[{"file_name": "a.txt", "data_base64": "%%%"}]), "invalid_attachment"),
+        (SUBJECT, body(attachments=[{"file_name": "a.txt", "data_base64": "eHh4" * 200}]), "invalid_attachment"),
+        (SUBJECT, body(attachments=[{"file_name": "a.txt"}] * 33), "invalid_attachment"),
     ],
 )
 def test_bad_input_is_refused_with_a_clear_code(subject: str, raw: bytes, code: str) -> None:
     # MQ-9: bad input never raises; it becomes an ErrorBody with a stable code.
-    err = decode_inbound(PREFIX, subject, raw, 1000)
+    err = decode_inbound(PREFIX, subject, raw, 1000 if code == "too_large" else 10_000, max_attachment_bytes=500)
     assert isinstance(err, ErrorBody)
     assert err.code == code
     assert err.message
