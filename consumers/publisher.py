@@ -14,7 +14,7 @@ from nats.js import JetStreamContext
 from nats.js.errors import APIError, NoStreamResponseError, NotFoundError
 
 from consumers.dead_letters import dead_letter_payload
-from core.errors import CheckpointFailed
+from core.errors import CheckpointFailed, SubjectTooLong
 from schemas.subjects import Subjects
 from schemas.wire import OutboundReply
 
@@ -22,6 +22,10 @@ log = logging.getLogger(__name__)
 
 WRONG_LAST_SEQUENCE = 10071
 NO_RESPONDERS = "503"
+# nats-server closes a connection whose protocol line passes max_control_line (4096 by
+# default); nats-py does not check. The line also holds "HPUB", the reply and two sizes.
+MAX_CONTROL_LINE_BYTES = 4096
+CONTROL_LINE_RESERVE_BYTES = 64
 
 
 class StreamAcks:
@@ -47,10 +51,16 @@ class StreamAcks:
             self._prefix = prefix
 
     async def send(self, subject: str, payload: bytes, headers: dict[str, str] | None = None) -> asyncio.Future[int]:
-        """Publish now; the future resolves to the stored message's stream sequence."""
+        """Publish now; the future resolves to the stored message's stream sequence.
+
+        SubjectTooLong (nothing sent) when the subject would not fit the server's control line.
+        """
         await self._ensure_inbox()
         self._next += 1
         token = str(self._next)
+        line = len(subject.encode()) + len(self._prefix) + len(token) + CONTROL_LINE_RESERVE_BYTES
+        if line > MAX_CONTROL_LINE_BYTES:
+            raise SubjectTooLong(f"subject of {len(subject.encode())} bytes does not fit the server's control line")
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._waiting[token] = future
         future.add_done_callback(lambda _f, t=token: self._waiting.pop(t, None))
