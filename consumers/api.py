@@ -24,6 +24,9 @@ from schemas.subjects import Subjects
 log = logging.getLogger(__name__)
 
 API_QUEUE = "turnstile-api"
+# Its own queue group: NATS hands a request to one member per group, so in the
+# operations' group the fallback would compete with them for known verbs.
+API_FALLBACK_QUEUE = "turnstile-api-fallback"
 
 Handler = Callable[[Any], Awaitable[Any]]
 
@@ -82,11 +85,31 @@ async def dispatch(op: Operation, raw: bytes) -> bytes:
 
 
 def build_router(subjects: Subjects, operations: list[Operation]) -> NatsRouter:
-    """One FastStream subscriber (queue group ``turnstile-api``) per operation."""
+    """One FastStream subscriber (queue group ``turnstile-api``) per operation, plus a
+    fallback on ``<prefix>.api.>`` that answers ``not_found`` for what none of them serves."""
     router = NatsRouter()
     for op in operations:
         router.subscriber(subjects.api(op.resource, op.verb), queue=API_QUEUE)(_handler_for(op))
+    known = frozenset(subjects.api(op.resource, op.verb) for op in operations)
+    router.subscriber(subjects.api_all, queue=API_FALLBACK_QUEUE, no_reply=True)(
+        _fallback_for(subjects.api_all.removesuffix(">"), known)
+    )
     return router
+
+
+def unknown_operation_reply(api_head: str, subject: str) -> bytes:
+    """The answer to a request no operation serves: ``not_found`` naming what was asked."""
+    return error_reply("not_found", f"no control operation {subject.removeprefix(api_head)!r}")
+
+
+def _fallback_for(api_head: str, known: frozenset[str]) -> Callable[[NatsMessage], Awaitable[None]]:
+    async def api_unknown(message: NatsMessage) -> None:
+        subject = message.raw_message.subject
+        if subject in known or not message.reply_to:
+            return  # its own handler answers; a bare publish wants no answer
+        await message.raw_message.respond(unknown_operation_reply(api_head, subject))
+
+    return api_unknown
 
 
 def _handler_for(op: Operation) -> Callable[[NatsMessage], Awaitable[bytes]]:

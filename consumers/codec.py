@@ -5,13 +5,20 @@ from __future__ import annotations
 import orjson
 from pydantic import ValidationError
 
+from core.engine.attachments import check_inbound_attachment
+from core.errors import TurnstileError
 from schemas.subjects import parse_inbound_subject
 from schemas.tokens import decode_sid
 from schemas.wire import ErrorBody, InboundMessage
 
 
-def decode_inbound(prefix: str, subject: str, raw: bytes, max_bytes: int) -> InboundMessage | ErrorBody:
-    """Validate size, JSON, schema, and that the subject matches the body's platform and session."""
+def decode_inbound(
+    prefix: str, subject: str, raw: bytes, max_bytes: int, max_attachment_bytes: int | None = None
+) -> InboundMessage | ErrorBody:
+    """Validate size, JSON, schema, attachments, and that the subject matches the body's platform and session.
+
+    ``max_attachment_bytes`` bounds each attachment's inline bytes (default: ``max_bytes``).
+    """
     if len(raw) > max_bytes:
         return ErrorBody(code="too_large", message=f"payload is {len(raw)} bytes; the limit is {max_bytes}")
     try:
@@ -26,7 +33,12 @@ def decode_inbound(prefix: str, subject: str, raw: bytes, max_bytes: int) -> Inb
     try:
         msg = InboundMessage.model_validate(data)
     except ValidationError as exc:
+        if all(err["loc"][:1] == ("attachments",) for err in exc.errors()):
+            return ErrorBody(code="invalid_attachment", message=_summarise(exc))
         return ErrorBody(code="invalid", message=_summarise(exc))
+    bad_attachment = _check_attachments(msg, max_bytes if max_attachment_bytes is None else max_attachment_bytes)
+    if bad_attachment is not None:
+        return bad_attachment
     if msg.platform != platform:
         return ErrorBody(
             code="subject_mismatch", message=f"subject platform {platform!r} != body platform {msg.platform!r}"
@@ -41,6 +53,16 @@ def decode_inbound(prefix: str, subject: str, raw: bytes, max_bytes: int) -> Inb
             message="inbound messages need a session_id (protocol v1 answers only session-bound messages)",
         )
     return msg
+
+
+def _check_attachments(msg: InboundMessage, max_attachment_bytes: int) -> ErrorBody | None:
+    """The attachment rules of ``core.engine.attachments``, before anything is filed or staged."""
+    for i, attachment in enumerate(msg.attachments):
+        try:
+            check_inbound_attachment(attachment.file_name, attachment.data_base64, max_attachment_bytes)
+        except TurnstileError as exc:
+            return ErrorBody(code="invalid_attachment", message=f"attachments.{i}: {exc.message}")
+    return None
 
 
 def _summarise(exc: ValidationError) -> str:

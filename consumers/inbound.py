@@ -145,7 +145,10 @@ class InboundLoop:
         """Handle one fetched batch (public so tests can drive it directly)."""
         good: list[tuple[Msg, InboundMessage]] = []
         for m in msgs:
-            decoded = decode_inbound(self._settings.prefix, m.subject, m.data, self._settings.max_inbound_bytes)
+            decoded = decode_inbound(
+                self._settings.prefix, m.subject, m.data, self._settings.max_inbound_bytes,
+                self._settings.max_attachment_bytes,
+            )
             if isinstance(decoded, ErrorBody):
                 await self._reject(m, decoded)
             else:
@@ -180,7 +183,13 @@ class InboundLoop:
 
     async def _reject(self, m: Msg, error: ErrorBody) -> None:
         try:
-            await self._publisher.dead_letter(m.subject, m.data, m.headers, error.code, error.message)
+            stream_seq: int | None = m.metadata.sequence.stream
+        except Exception:  # not a JetStream delivery (tests drive process_batch directly)
+            stream_seq = None
+        try:
+            await self._publisher.dead_letter(
+                m.subject, m.data, m.headers, error.code, error.message, stream_seq=stream_seq
+            )
         except Exception as exc:
             # Not on the DLQ yet: let JetStream redeliver rather than lose it.
             log.warning("dead-lettering failed (%r); redelivering", exc)

@@ -13,14 +13,19 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.errors import APIError, NoStreamResponseError, NotFoundError
 
-from core.errors import CheckpointFailed
+from consumers.dead_letters import dead_letter_payload
+from core.errors import CheckpointFailed, SubjectTooLong
 from schemas.subjects import Subjects
-from schemas.wire import DeadLetter, ErrorBody, OutboundReply
+from schemas.wire import OutboundReply
 
 log = logging.getLogger(__name__)
 
 WRONG_LAST_SEQUENCE = 10071
 NO_RESPONDERS = "503"
+# nats-server closes a connection whose protocol line passes max_control_line (4096 by
+# default); nats-py does not check. The line also holds "HPUB", the reply and two sizes.
+MAX_CONTROL_LINE_BYTES = 4096
+CONTROL_LINE_RESERVE_BYTES = 64
 
 
 class StreamAcks:
@@ -46,10 +51,16 @@ class StreamAcks:
             self._prefix = prefix
 
     async def send(self, subject: str, payload: bytes, headers: dict[str, str] | None = None) -> asyncio.Future[int]:
-        """Publish now; the future resolves to the stored message's stream sequence."""
+        """Publish now; the future resolves to the stored message's stream sequence.
+
+        SubjectTooLong (nothing sent) when the subject would not fit the server's control line.
+        """
         await self._ensure_inbox()
         self._next += 1
         token = str(self._next)
+        line = len(subject.encode()) + len(self._prefix) + len(token) + CONTROL_LINE_RESERVE_BYTES
+        if line > MAX_CONTROL_LINE_BYTES:
+            raise SubjectTooLong(f"subject of {len(subject.encode())} bytes does not fit the server's control line")
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._waiting[token] = future
         future.add_done_callback(lambda _f, t=token: self._waiting.pop(t, None))
@@ -81,10 +92,15 @@ class Publisher:
     """Thin JetStream publisher: checkpoints fenced, their acks awaited by the caller
     (``consumers/checkpoints.py``); events and replies pipelined and settled later."""
 
-    def __init__(self, nc: Client, js: JetStreamContext, subjects: Subjects, timeout_s: float = 10.0) -> None:
+    def __init__(
+        self, nc: Client, js: JetStreamContext, subjects: Subjects, timeout_s: float = 10.0,
+        dlq_raw_max_bytes: int = 16_384,
+    ) -> None:
         self.js = js
         self.subjects = subjects
         self.timeout_s = timeout_s
+        self.dlq_raw_max_bytes = dlq_raw_max_bytes
+        self._nc = nc
         self._acks = StreamAcks(nc)
         self._pending: set[asyncio.Future[Any]] = set()
 
@@ -173,24 +189,27 @@ class Publisher:
 
     async def dead_letter(
         self, subject: str, raw: bytes, headers: dict[str, str] | None, code: str, message: str,
-        *, session_id: str | None = None, dlq_subject: str | None = None, msg_id: str | None = None,
+        *, stream_seq: int | None = None, session_id: str | None = None, dlq_subject: str | None = None,
+        msg_id: str | None = None,
     ) -> None:
         """Put a rejected raw input on the dead-letter stream with its error (default subject
-        ``<prefix>.dlq.inbound``; a message given up after its turn kept failing: ``dlq_subject``)."""
-        letter = DeadLetter(
-            error=ErrorBody(code=code, message=message),
+        ``<prefix>.dlq.inbound``; a message given up after its turn kept failing: ``dlq_subject``).
+        The letter always fits (a bounded prefix of ``raw`` plus its size, sha256 and
+        ``stream_seq``: ``consumers/dead_letters.py``)."""
+        payload = dead_letter_payload(
             subject=subject,
-            raw=raw.decode("utf-8", errors="replace"),
-            headers=dict(headers or {}),
+            raw=raw,
+            headers=headers,
+            code=code,
+            message=message,
+            stream_seq=stream_seq,
             session_id=session_id,
-            at=time.time(),
+            raw_max_bytes=self.dlq_raw_max_bytes,
+            max_payload_bytes=self._nc.max_payload,
         )
         dlq_headers = {"Turnstile-Error-Code": code}
         if msg_id is not None:
             dlq_headers["Nats-Msg-Id"] = msg_id
         await self.js.publish(
-            dlq_subject or self.subjects.dlq_inbound,
-            orjson.dumps(letter.model_dump()),
-            timeout=self.timeout_s,
-            headers=dlq_headers,
+            dlq_subject or self.subjects.dlq_inbound, payload, timeout=self.timeout_s, headers=dlq_headers,
         )

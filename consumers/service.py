@@ -65,7 +65,9 @@ class TurnstileService:
         self.db = create_engine(s.database_url, sqlite_synchronous=s.sqlite_synchronous)
         await migrate(self.db)
         await ensure_streams(self.js, s, self.subjects)
-        self.publisher = Publisher(self.broker.connection, self.js, self.subjects)
+        self.publisher = Publisher(
+            self.broker.connection, self.js, self.subjects, dlq_raw_max_bytes=s.dlq_raw_max_bytes
+        )
         self.committer = GroupCommitter(self.db, sqlite_synchronous=s.sqlite_synchronous)
         self.inbox = SqlInbox(self.db, self.committer)
         self.inbox.start(retention_s=s.inbound_max_age_s)

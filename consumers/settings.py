@@ -42,6 +42,16 @@ class Settings(BaseSettings):
 
     # inbound
     max_inbound_bytes: int = Field(262_144, gt=0, description="larger inbound payloads are dead-lettered")
+    max_attachment_bytes: int = Field(
+        196_608, ge=0,
+        description="decoded bytes of one inline attachment (data_base64); a message with a larger one is "
+        "dead-lettered (invalid_attachment)",
+    )
+    dlq_raw_max_bytes: int = Field(
+        16_384, ge=0,
+        description="raw bytes kept in a dead letter (fewer when it would not fit under the server's "
+        "max_payload); the letter carries the whole payload's size, sha256 and stream sequence",
+    )
     fetch_batch: int = Field(256, gt=0, le=10_000, description="inbound messages fetched (and staged in one transaction) per batch")
     fetch_timeout_s: float = Field(1.0, gt=0, description="how long one fetch waits for messages")
     ack_wait_s: float = Field(30.0, gt=0, description="inbound consumer ack wait")

@@ -43,6 +43,10 @@ class TooLarge(TurnstileError):
     code = "too_large"
 
 
+class SubjectTooLong(TooLarge):
+    """Raised when a publish's subject would exceed the server's control line (it would close the connection)."""
+
+
 class Unavailable(TurnstileError):
     """Raised when a dependency (broker, database, provider) cannot be reached right now."""
 

@@ -18,13 +18,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from schemas.tokens import check_session_id_size
 
 SessionStatus = Literal["active", "waiting", "completed", "error", "archived"]
 TakeScope = Literal["session", "same-platform", "all"]
 MemoryClearScope = Literal["session", "all"]
 
-SessionId = Annotated[str, Field(min_length=1, max_length=512, description="a session id")]
+SessionId = Annotated[
+    str, Field(min_length=1, max_length=512, description="a session id"), AfterValidator(check_session_id_size)
+]
 
 
 class ControlRequest(BaseModel):
@@ -76,10 +80,10 @@ class SessionFieldsIn(_AcceptsServiceOwned):
     The service-owned fields are accepted and dropped (SM-8); see the module docstring.
     """
 
-    id: str | None = Field(None, min_length=1, max_length=512, description="session id; generated when absent")
+    id: SessionId | None = Field(None, description="session id; generated when absent")
     name: str | None = Field(None, max_length=256)
     title: str | None = Field(None, max_length=1024)
-    parent_id: str | None = Field(None, min_length=1, max_length=512)
+    parent_id: SessionId | None = None
     status: SessionStatus | None = None
     input_context: str | None = None
     result: str | None = None
@@ -147,7 +151,7 @@ class SessionEnsureRequest(ControlRequest):
 class SessionListRequest(ControlRequest):
     """session.list: every session, the children of ``parent_id``, or only roots; optionally by status."""
 
-    parent_id: str | None = Field(None, min_length=1, max_length=512)
+    parent_id: SessionId | None = None
     roots_only: bool = False
     status: SessionStatus | None = None
 

@@ -71,6 +71,10 @@ class Subjects:
     def api(self, resource: str, verb: str) -> str:
         return f"{self.prefix}.api.{resource}.{verb}"
 
+    @property
+    def api_all(self) -> str:
+        return f"{self.prefix}.api.>"
+
     # -- streams ---------------------------------------------------------------
     @property
     def stream_prefix(self) -> str:

@@ -12,6 +12,10 @@ import string
 from functools import lru_cache
 
 NO_SESSION = "_"
+# A session id's token goes into subjects; the server closes a connection whose
+# PUB line exceeds max_control_line (4096 bytes by default). 512 bytes of UTF-8
+# make a token of at most 1536 characters, which leaves room for the rest.
+MAX_SESSION_ID_BYTES = 512
 _KEEP = frozenset((string.ascii_letters + string.digits + "-_:@+=").encode())
 _HEX = frozenset(b"0123456789ABCDEF")
 
@@ -29,6 +33,16 @@ def encode_sid(session_id: str | None) -> str:
     for byte in session_id.encode("utf-8"):
         out.append(chr(byte) if byte in _KEEP else f"~{byte:02X}")
     return "".join(out)
+
+
+def check_session_id_size(session_id: str) -> str:
+    """Return ``session_id`` if its UTF-8 form fits in a subject token; else ValueError."""
+    size = len(session_id.encode("utf-8", errors="surrogatepass"))
+    if size > MAX_SESSION_ID_BYTES:
+        raise ValueError(
+            f"session id is {size} bytes of UTF-8; the limit is {MAX_SESSION_ID_BYTES} (it must fit in a subject)"
+        )
+    return session_id
 
 
 def decode_sid(token: str) -> str | None:

@@ -11,9 +11,11 @@ import re
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-SessionId = Annotated[str, Field(min_length=1, max_length=512)]
+from schemas.tokens import check_session_id_size
+
+SessionId = Annotated[str, Field(min_length=1, max_length=512), AfterValidator(check_session_id_size)]
 NodeId = Annotated[str, Field(min_length=1, max_length=256)]
 
 MAX_INSTRUCTIONS_CHARS = 65_536

@@ -6,6 +6,8 @@ from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from schemas.tokens import check_session_id_size
+
 T = TypeVar("T")
 
 
@@ -64,7 +66,7 @@ class InboundMessage(WireModel):
     def _no_control_chars(cls, value: str | None) -> str | None:
         if value is not None and any(ord(c) < 32 for c in value):
             raise ValueError("session_id must not contain control characters")
-        return value
+        return value if value is None else check_session_id_size(value)
 
 
 class OutboundReply(WireModel):
@@ -130,11 +132,21 @@ class ErrorBody(WireModel):
 
 
 class DeadLetter(WireModel):
-    """What lands on the dead-letter stream: the raw input (as text when it decodes) plus the error."""
+    """What lands on the dead-letter stream: the error, a bounded prefix of the raw input (as text),
+    and what identifies the whole original: its size, sha256 and stream sequence."""
 
     error: ErrorBody
     subject: str
-    raw: str = Field(description="the raw payload, UTF-8 decoded with replacement")
+    raw: str = Field(
+        description="the first raw bytes (at most TURNSTILE_DLQ_RAW_MAX_BYTES, fewer when the letter would "
+        "not fit under the server's max_payload), UTF-8 decoded with replacement"
+    )
+    raw_size_bytes: int | None = Field(None, ge=0, description="size of the whole raw payload")
+    raw_truncated: bool = Field(False, description="raw holds only a prefix of the payload")
+    raw_sha256: str | None = Field(None, description="sha256 (hex) of the whole raw payload")
+    stream_seq: int | None = Field(
+        None, description="sequence of the original in its stream (the inbound stream for dlq.inbound)"
+    )
     headers: dict[str, str] = Field(default_factory=dict)
     session_id: str | None = Field(None, description="the session of a message given up after its turn kept failing")
     at: float

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import base64
-import binascii
 import re
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from core.engine.attachments import inline_attachment_bytes
 from core.engine.delivery import validate_delivery_file_name
 from core.engine.journal import EntryKind
 from core.engine.objects import transport_kind_for
@@ -53,10 +53,7 @@ def attachment_drafts(session: Session, attachments: list[dict[str, Any]]) -> tu
         object_id = str(raw.get("id") or session.new_id("att"))
         listed.append({"id": object_id, "file_name": file_name, "media_type": media_type})
         if raw.get("data_base64") is not None:
-            try:
-                data = base64.b64decode(raw["data_base64"], validate=True)
-            except (binascii.Error, ValueError) as exc:
-                raise InvalidInput(f"attachment {file_name!r}: data_base64 is not valid base64") from exc
+            data = inline_attachment_bytes(file_name, str(raw["data_base64"]))
             objects.append({
                 "object_id": object_id, "file_name": file_name, "media_type": media_type,
                 "transport_kind": transport_kind_for(media_type), "size": len(data), "delivery": False,

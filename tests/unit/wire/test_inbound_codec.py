@@ -37,12 +37,28 @@ def test_a_good_message_decodes() -> None:
         ("turnstile.inbound.cli.s2", body(), "subject_mismatch"),
         ("turnstile.inbound.cli.a~zz", body(), "bad_subject"),
         ("turnstile.inbound.cli._", body(session_id=None), "no_session"),
-        (SUBJECT, body(attachments=[{"file_name": ""}]), "invalid"),
+        (SUBJECT, body(attachments=[{"file_name": ""}]), "invalid_attachment"),
+        (SUBJECT, body(attachments=[{"file_name": "../../etc/passwd"}]), "invalid_attachment"),
+        (SUBJECT, body(attachments=[{"file_name": "a.txt", "data_base64": "%%%"}]), "invalid_attachment"),
+        (SUBJECT, body(attachments=[{"file_name": "a.txt", "data_base64": "eHh4" * 200}]), "invalid_attachment"),
+        (SUBJECT, body(attachments=[{"file_name": "a.txt"}] * 33), "invalid_attachment"),
     ],
 )
 def test_bad_input_is_refused_with_a_clear_code(subject: str, raw: bytes, code: str) -> None:
     # MQ-9: bad input never raises; it becomes an ErrorBody with a stable code.
-    err = decode_inbound(PREFIX, subject, raw, 1000)
+    err = decode_inbound(PREFIX, subject, raw, 1000 if code == "too_large" else 10_000, max_attachment_bytes=500)
     assert isinstance(err, ErrorBody)
     assert err.code == code
     assert err.message
+
+
+def test_a_session_id_too_long_for_a_subject_token_is_invalid() -> None:
+    # 300 × "é" is 600 bytes of UTF-8: its 1800-character token plus the service's own
+    # subjects would crowd the server's control line, so the id is refused, not filed.
+    sid = "é" * 300
+    subject = f"turnstile.inbound.cli.{'~C3~A9' * 300}"
+    err = decode_inbound(PREFIX, subject, body(session_id=sid), 100_000)
+    assert isinstance(err, ErrorBody) and err.code == "invalid" and "session id" in err.message
+    fits = "é" * 256
+    ok = decode_inbound(PREFIX, f"turnstile.inbound.cli.{'~C3~A9' * 256}", body(session_id=fits), 100_000)
+    assert isinstance(ok, InboundMessage)

@@ -1,0 +1,39 @@
+"""The inbound attachment rules, checked at the edge (before a session is filed) and used again
+when the turn turns attachments into objects: a plain file name, valid base64, bounded bytes."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+
+from core.engine.delivery import validate_delivery_file_name
+from core.errors import InvalidInput, TooLarge
+
+
+def base64_decoded_size(data_base64: str) -> int:
+    """How many bytes strict base64 (no whitespace) decodes to, known without decoding it."""
+    return len(data_base64.rstrip("=")) * 3 // 4
+
+
+def inline_attachment_bytes(file_name: str, data_base64: str, max_bytes: int | None = None) -> bytes:
+    """Decode an attachment's inline bytes; TooLarge over ``max_bytes`` (checked before decoding
+    allocates them), InvalidInput when the text is not strict base64."""
+    if max_bytes is not None and base64_decoded_size(data_base64) > max_bytes:
+        raise TooLarge(
+            f"attachment {file_name!r}: inline data is {base64_decoded_size(data_base64)} bytes; the limit is {max_bytes}"
+        )
+    try:
+        data = base64.b64decode(data_base64, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise InvalidInput(f"attachment {file_name!r}: data_base64 is not valid base64") from exc
+    if max_bytes is not None and len(data) > max_bytes:
+        raise TooLarge(f"attachment {file_name!r}: inline data is {len(data)} bytes; the limit is {max_bytes}")
+    return data
+
+
+def check_inbound_attachment(file_name: object, data_base64: str | None, max_bytes: int) -> str:
+    """Return the file name if the attachment keeps every rule; else InvalidInput or TooLarge."""
+    name = validate_delivery_file_name(file_name)
+    if data_base64 is not None:
+        inline_attachment_bytes(name, data_base64, max_bytes)
+    return name
