@@ -1,4 +1,4 @@
-"""The results table, the issue-5 targets (pass/fail with numbers) and the JSON file."""
+"""The results table, the issue-5 and issue-9 targets (pass/fail with numbers) and the JSON file."""
 
 from __future__ import annotations
 
@@ -95,6 +95,57 @@ def evaluate_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
     return targets
 
 
+HOL_LIMIT = 2.0  # issue 9: unrelated sessions' latency during a big deletion ≤ 2× without
+
+
+def hol_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """Issue 9: unrelated sessions' paced p50 and p99 with the subtree deletion / without it."""
+    hol = result.get("hol") or {}
+    deletion = _get(hol, "with", "deletion") or {}
+    inside = deletion.get("inside_window")
+    detail_tail = (
+        f"deleting {_fmt(deletion.get('deleted'))} sessions took {_fmt(deletion.get('duration_s'), 2)} s,"
+        f" {_fmt(inside * 100 if inside is not None else None)} % of it inside the paced window"
+    )
+    targets = []
+    for q in ("p50_ms", "p99_ms"):
+        a, b = _get(hol, "with", "latency", q), _get(hol, "without", "latency", q)
+        value = _ratio(a, b)
+        if deletion.get("error") or (inside is not None and inside < 0.99):
+            value = None  # the deletion failed or did not overlap the measurement: no figure
+        targets.append(
+            _target(
+                f"head-of-line: paced {q[:3]} of unrelated sessions during a {_fmt(hol.get('children'))}-child"
+                f" delete ≤ {HOL_LIMIT:g}× without",
+                value,
+                HOL_LIMIT,
+                False,
+                f"{_fmt(a)} vs {_fmt(b)} ms; {detail_tail}",
+            )
+        )
+    return targets
+
+
+def hol_summary(hol: dict[str, Any]) -> str:
+    """One line for the head-of-line phase."""
+    if "with" not in hol:
+        return f"error: {(hol.get('error') or 'no data').splitlines()[0][:150]}"
+    w, wo = hol["with"], hol.get("without") or {}
+    d = w.get("deletion") or {}
+    during = w.get("latency_sent_during_deletion") or {}
+    return (
+        f"{hol['sessions']} unrelated sessions at {_fmt(hol['rate_per_s'])} msg/s (1 in {hol['subtree_every']} to the subtree):"
+        f" p50/p99 {_fmt(_get(wo, 'latency', 'p50_ms'), 2)}/{_fmt(_get(wo, 'latency', 'p99_ms'), 2)} ms without,"
+        f" {_fmt(_get(w, 'latency', 'p50_ms'), 2)}/{_fmt(_get(w, 'latency', 'p99_ms'), 2)} ms with the deletion"
+        f" (sent during it: p99 {_fmt(during.get('p99_ms'), 2)} ms, max {_fmt(during.get('max_ms'), 2)} ms);"
+        f" answered {w.get('answered')}/{w.get('sent')} and {wo.get('answered')}/{wo.get('sent')};"
+        f" delete of {_fmt(d.get('deleted'))} sessions {_fmt(d.get('duration_s'), 2)} s"
+        f"{' FAILED ' + str(d['error']) if d.get('error') else ''},"
+        f" {_fmt((d.get('inside_window') or 0) * 100)} % inside a {_fmt(w.get('window_s'), 1)} s window;"
+        f" subtree built in {_fmt(hol.get('build_s'), 1)} s ({hol.get('subtree_children')} children listed)"
+    )
+
+
 def _fmt(x: Any, digits: int = 1) -> str:
     if x is None:
         return "—"
@@ -160,8 +211,10 @@ def table(result: dict[str, Any]) -> str:
         step = max(1, len(sizes) // 8)
         sample = ", ".join(f"t{i + 1}:{sizes[i]}" for i in range(0, len(sizes), step))
         lines.append(f"checkpoint bytes by turn (window {growth.get('window_tokens')} tokens): {sample}, t{len(sizes)}:{sizes[-1]}")
+    if result.get("hol"):
+        lines.append(f"head-of-line: {hol_summary(result['hol'])}")
     lines.append("")
-    lines.append("targets (issue 5, ratios measured in this run):")
+    lines.append("targets (issues 5 and 9, ratios measured in this run):")
     for t in result.get("targets", []):
         mark = "PASS" if t["pass"] else "FAIL"
         lines.append(f"  [{mark}] {t['target']}: {_fmt(t['value'], 2)} (limit {t['limit']}) — {t['detail']}")
