@@ -34,7 +34,7 @@ class Profile:
     paced_short_s: float = 2.0  # paced duration for one session and for the tools turn (they saturate early)
     # Head-of-line phase (bench/hol.py): unrelated sessions' paced latency while a subtree is deleted.
     hol_children: int = 200  # children of the deleted root
-    hol_sessions: int = 10  # unrelated sessions (the ones timed)
+    hol_sessions: int = 50  # unrelated sessions (the ones timed); a few msg/s each, so no session queues
     hol_subtree_every: int = 10  # every n-th paced message goes to a child of the subtree
     hol_min_s: float = 2.0  # paced traffic lasts at least this (the whole phase without deletion)
     hol_tail_s: float = 1.0  # and this long after the deletion replied

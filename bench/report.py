@@ -167,7 +167,8 @@ def table(result: dict[str, Any]) -> str:
         f"{'worker':<10} {'turn':<6} {'sessions':>8} | {'drain msg/s':>11} {'worker µs/msg':>13} {'nats µs/msg':>11}"
         f" | {'paced p50 ms':>12} {'p99 ms':>8} {'max ms':>8} {'answered':>9} | {'RSS MB':>7}"
     )
-    lines += [head, "-" * len(head)]
+    if result["load"]:
+        lines += [head, "-" * len(head)]
     for row in result["load"]:
         if "error" in row and "drain" not in row:
             lines.append(f"{row['worker']:<10} {row['turn']:<6} {row['sessions']:>8} | ERROR {row['error'].splitlines()[0][:90]}")
@@ -184,23 +185,24 @@ def table(result: dict[str, Any]) -> str:
     lines.append("")
     ts20 = result.get("turns20", {}).get("turnstile") or {}
     lg20 = result.get("turns20", {}).get("langgraph") or {}
-    lines.append(f"after 20 turns × {ts20.get('sessions', '—')} sessions:")
-    lines.append(
-        f"  turnstile: {_fmt(ts20.get('bytes_per_session'))} B/session (SQLite {_fmt(ts20.get('db_bytes_per_session'))}"
-        f" + checkpoint stream), {_fmt(ts20.get('checkpoints_per_turn'))} checkpoints/turn,"
-        f" {_fmt(ts20.get('checkpoint_bytes_per_transition'))} B/checkpoint (stored), last checkpoint {_fmt(ts20.get('last_checkpoint_bytes'))} B"
-    )
-    lines.append(
-        f"  langgraph: {_fmt(lg20.get('bytes_per_session'))} B/session (SQLite), {_fmt(lg20.get('checkpoints_per_turn'))} checkpoints/turn,"
-        f" {_fmt(lg20.get('checkpoint_blob_bytes_per_checkpoint'))} B/checkpoint blob, last checkpoint {_fmt(lg20.get('last_checkpoint_json_bytes'))} B (JSON)"
-    )
-    lines.append(
-        f"restore (first reply of a cold session after restart, p50): turnstile {_fmt(_get(ts20, 'restore_cold_turn', 'p50_ms'), 2)} ms"
-        f" vs warm {_fmt(_get(ts20, 'restore_warm_turn', 'p50_ms'), 2)} ms (restart to ready {_fmt(ts20.get('restart_ready_s'), 2)} s);"
-        f" langgraph {_fmt(_get(lg20, 'restore_cold_turn', 'p50_ms'), 2)} ms vs warm {_fmt(_get(lg20, 'restore_warm_turn', 'p50_ms'), 2)} ms"
-    )
+    if ts20 or lg20:
+        lines.append(f"after 20 turns × {ts20.get('sessions', '—')} sessions:")
+        lines.append(
+            f"  turnstile: {_fmt(ts20.get('bytes_per_session'))} B/session (SQLite {_fmt(ts20.get('db_bytes_per_session'))}"
+            f" + checkpoint stream), {_fmt(ts20.get('checkpoints_per_turn'))} checkpoints/turn,"
+            f" {_fmt(ts20.get('checkpoint_bytes_per_transition'))} B/checkpoint (stored), last checkpoint {_fmt(ts20.get('last_checkpoint_bytes'))} B"
+        )
+        lines.append(
+            f"  langgraph: {_fmt(lg20.get('bytes_per_session'))} B/session (SQLite), {_fmt(lg20.get('checkpoints_per_turn'))} checkpoints/turn,"
+            f" {_fmt(lg20.get('checkpoint_blob_bytes_per_checkpoint'))} B/checkpoint blob, last checkpoint {_fmt(lg20.get('last_checkpoint_json_bytes'))} B (JSON)"
+        )
+        lines.append(
+            f"restore (first reply of a cold session after restart, p50): turnstile {_fmt(_get(ts20, 'restore_cold_turn', 'p50_ms'), 2)} ms"
+            f" vs warm {_fmt(_get(ts20, 'restore_warm_turn', 'p50_ms'), 2)} ms (restart to ready {_fmt(ts20.get('restart_ready_s'), 2)} s);"
+            f" langgraph {_fmt(_get(lg20, 'restore_cold_turn', 'p50_ms'), 2)} ms vs warm {_fmt(_get(lg20, 'restore_warm_turn', 'p50_ms'), 2)} ms"
+        )
     mem = result.get("memory") or {}
-    if mem:
+    if mem and result["load"]:
         lines.append(
             f"resident memory with {mem.get('sessions_touched')} sessions touched: turnstile {_fmt(mem.get('turnstile_rss_mb'))} MB,"
             f" baseline {_fmt(mem.get('baseline_rss_mb'))} MB, langgraph {_fmt(mem.get('langgraph_rss_mb'))} MB"
