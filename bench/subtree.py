@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 from nats.aio.client import Client
 
-from schemas.control import SessionCreateRequest, SessionFieldsIn, SessionIdRequest
+from schemas.control import ControlRequest, SessionCreateRequest, SessionIdRequest
 from schemas.subjects import Subjects
 
 CREATE_CONCURRENCY = 16  # requests in flight while building: keeps the service's API queue fed
@@ -20,7 +20,7 @@ class ControlRefused(RuntimeError):
     """Raised when a control request is answered with ``{ok: false, error: {code, message}}``."""
 
 
-async def control(nc: Client, subjects: Subjects, verb: str, request: Any, timeout_s: float) -> dict[str, Any]:
+async def control(nc: Client, subjects: Subjects, verb: str, request: ControlRequest, timeout_s: float) -> dict[str, Any]:
     """One ``session.<verb>`` request/reply; the ``result`` object, or ControlRefused."""
     body = request.model_dump_json(exclude_unset=True).encode()
     reply = await nc.request(subjects.api("session", verb), body, timeout=timeout_s)
@@ -37,16 +37,17 @@ async def build_subtree(nc: Client, subjects: Subjects, root: str, children: lis
 
     Returns how many children the root lists afterwards (session.get).
     """
-    await control(nc, subjects, "create", SessionCreateRequest(fields=SessionFieldsIn(id=root)), timeout_s)
+    root_request = SessionCreateRequest.model_validate({"fields": {"id": root}})
+    await control(nc, subjects, "create", root_request, timeout_s)
     gate = asyncio.Semaphore(CREATE_CONCURRENCY)
 
     async def one(child: str) -> None:
         async with gate:
-            request = SessionCreateRequest(fields=SessionFieldsIn(id=child, parent_id=root))
+            request = SessionCreateRequest.model_validate({"fields": {"id": child, "parent_id": root}})
             await control(nc, subjects, "create", request, timeout_s)
 
     await asyncio.gather(*(one(c) for c in children))
-    record = await control(nc, subjects, "get", SessionIdRequest(session_id=root), timeout_s)
+    record = await control(nc, subjects, "get", SessionIdRequest.model_validate({"session_id": root}), timeout_s)
     return len(record.get("children") or [])
 
 
@@ -67,7 +68,7 @@ class DeletionOutcome:
 async def delete_session(nc: Client, subjects: Subjects, session_id: str, timeout_s: float, outcome: DeletionOutcome) -> None:
     """session.delete of ``session_id``, filling ``outcome`` (end time also on failure; never raises)."""
     try:
-        result = await control(nc, subjects, "delete", SessionIdRequest(session_id=session_id), timeout_s)
+        result = await control(nc, subjects, "delete", SessionIdRequest.model_validate({"session_id": session_id}), timeout_s)
         outcome.deleted = len(result.get("deleted") or [])
     except Exception as exc:
         outcome.error = f"{type(exc).__name__}: {exc}"
