@@ -186,6 +186,12 @@ class Driver:
     async def _publish(self, msg_id: str, data: bytes, subject: str) -> None:
         await self.js.publish(subject, data, headers={"Nats-Msg-Id": msg_id}, timeout=30)
 
+    def start_publish(self, session_id: str, text: str) -> tuple[str, asyncio.Task[None]]:
+        """Stamp the send time of one message and publish it in the background: (message id, task)."""
+        msg_id, data, subject = self._body(session_id, text)
+        self.timer.sent[msg_id] = time.perf_counter()
+        return msg_id, asyncio.create_task(self._publish(msg_id, data, subject))
+
     async def preload(self, plan: list[tuple[str, str]]) -> None:
         """Publish a backlog (before the worker runs), awaiting acks per chunk."""
         self.timer.reset(len(plan))

