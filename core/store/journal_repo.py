@@ -15,7 +15,7 @@ after a deletion's clear is never read by generation g+1 (SM-21/SM-22), and
 from __future__ import annotations
 
 import orjson
-from sqlalchemy import and_, delete, exists, func, insert, or_, select
+from sqlalchemy import and_, delete, exists, func, insert, or_, select, tuple_
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -92,9 +92,15 @@ class SqlHistoryJournal:
         generation older than the id's persisted one (a crash between a deletion's record
         removal and its clear, or a write that landed after the clear). Returns the count."""
         j, s, g = journal_entries, sessions_table, generations_table
-        current = func.coalesce(select(g.c.generation).where(g.c.session_id == j.c.session_id).scalar_subquery(), 0)
-        stale = or_(~exists().where(s.c.id == j.c.session_id), j.c.generation < current)
-        result = await self._committer.run(lambda conn: conn.execute(delete(j).where(stale)))
+        # Judged once per (id, generation), not per row: the pairs come off the primary key's prefix.
+        pairs = select(j.c.session_id, j.c.generation).distinct().subquery()
+        current = func.coalesce(select(g.c.generation).where(g.c.session_id == pairs.c.session_id).scalar_subquery(), 0)
+        stale = select(pairs.c.session_id, pairs.c.generation).where(
+            or_(~exists().where(s.c.id == pairs.c.session_id), pairs.c.generation < current)
+        )
+        result = await self._committer.run(
+            lambda conn: conn.execute(delete(j).where(tuple_(j.c.session_id, j.c.generation).in_(stale)))
+        )
         return int(result.rowcount or 0)
 
     async def aclose(self) -> None:
