@@ -250,8 +250,12 @@ class ActorRegistry:
         if actor is None:
             return True
         await actor.runner.stop_running_turn()
-        if actor.task is asyncio.current_task() or not await actor.wait_idle(self.stop_wait_s):
-            log.warning("session %s: its running item did not stop; clearing anyway", session_id)
+        if actor.task is asyncio.current_task():  # deleted from its own item: waiting would deadlock
+            actor.runner.unload_before_next_item()
+            return False
+        if not await actor.wait_idle(self.stop_wait_s):
+            log.warning("session %s: its running item did not stop within %.1f s; clearing anyway",
+                        session_id, self.stop_wait_s)
             actor.runner.unload_before_next_item()
             return False
         actor.runner.unload()

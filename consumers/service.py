@@ -120,8 +120,9 @@ class TurnstileService:
 
         The turn is stopped (awaited, bounded by ``ActorRegistry.stop_wait_s``) and its loaded
         state forgotten first, and the session's actor starts nothing until the clear is done;
-        the checkpoints go too, so the next message cannot restore the old transcript. True when all of it succeeded (SM-23's
-        ``historyCleared``). Used by deletion (SM-21) and ``memory.clear``.
+        the checkpoints go too, so the next message cannot restore the old transcript. True
+        when all of it succeeded (SM-23's ``historyCleared``). Used by deletion (SM-21) and
+        ``memory.clear``.
         """
         try:
             if self.actors is None or self.engines is None or self.js is None:
