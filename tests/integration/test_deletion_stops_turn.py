@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -69,7 +68,8 @@ async def test_deleting_a_session_stops_its_stalled_turn_before_the_clear(
     sid = _sid("stall")
     replies = await Collector().attach(nc, subjects.outbound("cli", sid))
     events = await Collector().attach(nc, subjects.events_of(sid))
-    await publish_inbound(nc, subjects, inbound(sid, "/stall 60\nstalled words"))
+    stalled = inbound(sid, "/stall 60\nstalled words")
+    await publish_inbound(nc, subjects, stalled)
     await wait_for(lambda: _of(events, "turn.started"), what="the stalled turn")
     old_generation = service.manager.generation_of(sid)
 
@@ -96,6 +96,8 @@ async def test_deleting_a_session_stops_its_stalled_turn_before_the_clear(
     await wait_for(lambda: _of(events, "turn.ended"), what="turn.ended on the subscription")
     assert [e["outcome"] for e in _of(events, "turn.ended")] == ["aborted"]
     assert replies.messages == []
+    await wait_for(lambda: _of(events, "message.dropped"), what="message.dropped")
+    assert [(d["inbound_id"], d["reason"]) for d in _of(events, "message.dropped")] == [(stalled["id"], "stale_generation")]
     await _new_session_starts_empty(service, nc, subjects, sid, "stalled words")
 
 
@@ -134,7 +136,7 @@ def _entry(seq: int, text: str) -> JournalEntry:
 
 @pytest.mark.rule("SM-21")
 async def test_start_up_removes_an_orphaned_journal(
-    settings: Settings, nc: Client, subjects: Subjects, db_url: str, tmp_path: Path
+    settings: Settings, nc: Client, subjects: Subjects, db_url: str
 ) -> None:
     settings = settings.model_copy(update={"database_url": db_url})
     orphan, deleted = _sid("orphan"), _sid("deleted")
