@@ -9,6 +9,9 @@ control commands (``Command``, e.g. ``session.interrupt`` or ``turn.free_time``)
 that must touch the session's engine state without ever overlapping a turn.
 Commands are served before queued messages (but never preempt the item being
 handled); among themselves, and among messages, arrival order holds.
+
+Deletion (SM-21) stops a session with ``ActorRegistry.stopped``: the running item is
+cancelled and awaited, and the actor starts no new item until the clear is done.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +34,9 @@ log = logging.getLogger(__name__)
 
 COMMAND_PRIORITY = 0
 MESSAGE_PRIORITY = 1
+# How long a deletion waits for the session's running item to stop before it clears anyway
+# (a write stuck in the store); what the item writes later stays in its old generation.
+STOP_WAIT_S = 10.0
 
 Reply = Callable[[Any], None]
 CommandFn = Callable[[TurnRunner, Reply], Awaitable[Any]]
@@ -70,9 +77,32 @@ class SessionActor:
     mailbox: asyncio.PriorityQueue[Item] = field(default_factory=asyncio.PriorityQueue)
     task: asyncio.Task[None] | None = None
     busy: bool = False
+    # Awaited before every item: returns once no deletion holds the session.
+    held: Callable[[str], Awaitable[None]] | None = None
+    idle: asyncio.Event = field(default_factory=asyncio.Event)
 
     def start(self) -> None:
+        self.idle.set()
         self.task = asyncio.create_task(self._run(), name=f"actor:{self.session_id}")
+
+    async def wait_idle(self, timeout_s: float) -> bool:
+        """Wait until no item is being handled; False after ``timeout_s``."""
+        try:
+            await asyncio.wait_for(self.idle.wait(), timeout_s)
+        except TimeoutError:
+            return False
+        return True
+
+    async def _released(self, item: Work | Command) -> None:
+        if self.held is None:
+            return
+        try:
+            await self.held(self.session_id)
+        except asyncio.CancelledError:
+            if isinstance(item, Command) and not item.result.done():
+                item.result.set_exception(Unavailable("the service is shutting down"))
+            self.mailbox.task_done()
+            raise
 
     async def _run(self) -> None:
         try:
@@ -83,7 +113,9 @@ class SessionActor:
                     if self.mailbox.empty():
                         return
                     continue
+                await self._released(item)
                 self.busy = True
+                self.idle.clear()
                 self.runner.begin_item()
                 handled = False
                 try:
@@ -106,8 +138,10 @@ class SessionActor:
                         self.mailbox.put_nowait((priority, order, item))
                 finally:
                     self.busy = False
+                    self.idle.set()
                     self.mailbox.task_done()
         finally:
+            self.idle.set()
             self.on_exit(self)
 
     async def _serve(self, command: Command) -> None:
@@ -132,12 +166,16 @@ class SessionActor:
 class ActorRegistry:
     """Creates, feeds and evicts session actors; ``join()`` waits until all mailboxes are drained."""
 
-    def __init__(self, make_runner: Callable[[str], TurnRunner], idle_s: float) -> None:
+    def __init__(
+        self, make_runner: Callable[[str], TurnRunner], idle_s: float, stop_wait_s: float = STOP_WAIT_S
+    ) -> None:
         self._make_runner = make_runner
         self._idle_s = idle_s
+        self.stop_wait_s = stop_wait_s
         self._actors: dict[str, SessionActor] = {}
         self._order = itertools.count()
         self._closing = False
+        self._holds: dict[str, list[asyncio.Event]] = {}
 
     def __len__(self) -> int:
         return len(self._actors)
@@ -148,7 +186,7 @@ class ActorRegistry:
     def _actor(self, session_id: str) -> SessionActor:
         actor = self._actors.get(session_id)
         if actor is None or actor.task is None or actor.task.done():
-            actor = SessionActor(session_id, self._make_runner(session_id), self._idle_s, self._forget)
+            actor = SessionActor(session_id, self._make_runner(session_id), self._idle_s, self._forget, held=self._held)
             self._actors[session_id] = actor
             actor.start()
         return actor
@@ -186,17 +224,57 @@ class ActorRegistry:
             del self._actors[actor.session_id]
         # A message may have slipped in between the idle timeout and exit: serve it.
         if not actor.mailbox.empty() and not self._closing:
-            fresh = SessionActor(actor.session_id, actor.runner, self._idle_s, self._forget)
+            fresh = SessionActor(actor.session_id, actor.runner, self._idle_s, self._forget, held=self._held)
             fresh.mailbox = actor.mailbox
             self._actors[actor.session_id] = fresh
             fresh.start()
 
-    async def stop_session(self, session_id: str) -> None:
-        """Stop the session's running turn and forget its loaded state (used by deletion)."""
+    @asynccontextmanager
+    async def stopped(self, session_id: str) -> AsyncIterator[bool]:
+        """SM-21: stop the session's running item, wait for it, and hold the session until the block exits.
+
+        While held, its actor (also one created meanwhile) starts no item; the loaded state
+        is forgotten, so the next item reloads. Yields True when nothing of the session is
+        running any more; False when the item did not stop within ``stop_wait_s`` or the
+        caller is that item itself (it cannot wait for itself): it goes on, and only writes
+        of its own, older generation. A session without an actor is just held.
+        """
+        gate = asyncio.Event()
+        self._holds.setdefault(session_id, []).append(gate)
+        try:
+            yield await self._stop_session(session_id)
+        finally:
+            holds = self._holds.get(session_id, [])
+            if gate in holds:
+                holds.remove(gate)
+            if not holds:
+                self._holds.pop(session_id, None)
+            gate.set()
+
+    async def _stop_session(self, session_id: str) -> bool:
         actor = self._actors.get(session_id)
-        if actor is not None:
-            await actor.runner.stop_running_turn()
-            actor.runner.unload()
+        if actor is None:
+            return True
+        await actor.runner.stop_running_turn()
+        if actor.task is asyncio.current_task():  # deleted from its own item: waiting would deadlock
+            actor.runner.unload_before_next_item()
+            return False
+        if not await actor.wait_idle(self.stop_wait_s):
+            log.warning("session %s: its running item did not stop within %.1f s; clearing anyway",
+                        session_id, self.stop_wait_s)
+            actor.runner.unload_before_next_item()
+            return False
+        actor.runner.unload()
+        return True
+
+    async def stop_session(self, session_id: str) -> bool:
+        """Stop the session's running item and forget its loaded state (no hold); see ``stopped``."""
+        async with self.stopped(session_id) as stopped:
+            return stopped
+
+    async def _held(self, session_id: str) -> None:
+        while holds := self._holds.get(session_id):
+            await holds[-1].wait()
 
     async def join(self, timeout_s: float | None = None) -> None:
         """Wait until every mailbox is drained (tests and graceful shutdown)."""

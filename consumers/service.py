@@ -75,6 +75,11 @@ class TurnstileService:
         self.manager = build_manager(s, self.db, self.publisher, self._clear_session_data, self.committer)
         await self.manager.start()
         self.engines.take_policy = ManagerTakePolicy(self.manager, service_time_zone(s.time_zone))
+        self.engines.generation_of = self.manager.generation_of
+        # SM-21: history a crash left behind (between a deletion's record removal and its clear).
+        stale = await self.engines.clear_stale()
+        if stale:
+            log.info("removed %d journal rows of deleted sessions or superseded generations", stale)
         turn_slots = asyncio.Semaphore(s.max_concurrent_turns)
         retry = TurnRetryPolicy(s.turn_retry_attempts, s.turn_retry_max_backoff_s)
         still_owner = self.lease.still_ours
@@ -120,18 +125,25 @@ class TurnstileService:
     async def clear_history(self, session_id: str) -> bool:
         """Stop the session's running turn, clear its journal and purge its checkpoints.
 
-        The turn is stopped and its loaded state forgotten first (a running turn would
-        otherwise write the history back); the checkpoints go too, so the next message
-        cannot restore the old transcript. True when all of it succeeded (SM-23's
-        ``historyCleared``). Used by deletion (SM-21) and ``memory.clear``.
+        The turn is stopped (awaited, bounded by ``ActorRegistry.stop_wait_s``) and its loaded
+        state forgotten first, and the session's actor starts nothing until the clear is done;
+        the checkpoints go too, so the next message cannot restore the old transcript. True
+        when all of it succeeded (SM-23's ``historyCleared``). Used by deletion (SM-21) and
+        ``memory.clear``.
         """
         try:
-            if self.actors is not None:
-                await self.actors.stop_session(session_id)
-            if self.engines is None or self.js is None:
+            if self.actors is None or self.engines is None or self.js is None:
                 return False
-            await self.engines.clear(session_id)
-            await self.js.purge_stream(self.subjects.checkpoint_stream, subject=self.subjects.checkpoint(session_id))
+            # SM-21: the running item is stopped and awaited, and the session held, until the clear is done.
+            async with self.actors.stopped(session_id):
+                # A deletion has bumped the generation already: its older generations go. memory.clear
+                # keeps the generation: all of the history goes.
+                deleting = self.manager.is_deleting(session_id)
+                keep_from = self.manager.generation_of(session_id) if deleting else None
+                await self.engines.clear(session_id, before_generation=keep_from)
+                await self.js.purge_stream(
+                    self.subjects.checkpoint_stream, subject=self.subjects.checkpoint(session_id)
+                )
         except Exception as exc:
             log.warning("clearing the history of %s failed: %r", session_id, exc)
             return False

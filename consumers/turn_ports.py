@@ -16,13 +16,13 @@ class EngineFactory(Protocol):
     """Opens engine sessions, fresh or from a checkpoint snapshot."""
 
     async def open(
-        self, session_id: str, restored: dict[str, Any] | None, *, options: SessionOptions | None = None,
-        chat: dict[str, Any] | None = None, new: bool = False,
+        self, session_id: str, restored: dict[str, Any] | None, *, generation: int,
+        options: SessionOptions | None = None, chat: dict[str, Any] | None = None, new: bool = False,
     ) -> Session: ...
 
     def take_new(self, session_id: str) -> bool: ...
 
-    async def clear(self, session_id: str) -> None: ...
+    async def clear(self, session_id: str, *, before_generation: int | None = None) -> None: ...
 
 
 class SessionBook(Protocol):

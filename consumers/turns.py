@@ -85,6 +85,7 @@ class TurnRunner(ReplyDelivery):
         self._version_seen = 0
         self._operation: str | None = None
         self._stop_reason: str | None = None
+        self._unload_pending = False
         self.stops_applied = 0
         # Inbound ids this runner finished (delivered): the inbox writes its marks in batches.
         self._finished: deque[str] = deque(maxlen=FINISHED_REMEMBERED)
@@ -120,6 +121,8 @@ class TurnRunner(ReplyDelivery):
     def begin_item(self) -> None:
         """The actor starts a new item: a stop requested while idle does not carry over."""
         self._stop_reason = None
+        if self._unload_pending:
+            self.unload()
 
     def request_stop(self, reason: str) -> None:
         """Cancel the running operation now; a turn about to start in this item starts cancelled."""
@@ -132,10 +135,16 @@ class TurnRunner(ReplyDelivery):
         """Forget the loaded session; the next item restores it from its last checkpoint."""
         self._engine = None
         self._generation = None
+        self._unload_pending = False
         self._checkpoints.reset(None)
 
+    def unload_before_next_item(self) -> None:
+        """Forget the loaded session once the item running now is over (it still uses it)."""
+        self._unload_pending = True
+
     async def stop_running_turn(self) -> None:
-        """Cancel the running turn, if any (deletion stops it before the data clear)."""
+        """Cancel the running turn, if any (deletion stops it before the data clear); the
+        turn ends ``aborted`` without repairs and without a reply (SM-21)."""
         self.request_stop("deleted")
 
     async def release(self) -> None:
@@ -172,7 +181,7 @@ class TurnRunner(ReplyDelivery):
                 if cp.generation == generation:
                     restored = cp.snapshot
         self._engine = await self._engines.open(
-            self.session_id, restored, chat=chat_of(self._book, self.session_id, inbound), new=new
+            self.session_id, restored, generation=generation, chat=chat_of(self._book, self.session_id, inbound), new=new
         )
         self._engine.bind_work(work_of(self._book, self.session_id))
         self._generation = generation
@@ -184,7 +193,8 @@ class TurnRunner(ReplyDelivery):
         engine = await self.load()
         if engine.state.next_seq != 0:
             raise RuntimeError("open_fresh on a session with history")
-        self._engine = await self._engines.open(self.session_id, None, options=options)
+        assert self._generation is not None  # set by the load above
+        self._engine = await self._engines.open(self.session_id, None, generation=self._generation, options=options)
         self._engine.bind_work(work_of(self._book, self.session_id))
         self._version_seen = 0
         return self._engine
@@ -317,10 +327,19 @@ class TurnRunner(ReplyDelivery):
         await self.turn_started(
             engine, inbound_id=inbound.id, from_elsewhere=from_elsewhere(inbound, self._book.get_session)
         )
-        outcome, error = await self.run(engine, checkpoint)
-        # SM-22 / MQ-5: deleted while running → no outbound delivery.
+        try:
+            outcome, error = await self.run(engine, checkpoint)
+        except CheckpointFailed:
+            if self.generation == staged.generation:
+                raise
+            outcome, error = "aborted", None  # its checkpoints were purged by the deletion: refused
+        # SM-21 / SM-22 / MQ-5: deleted while running → the turn ends aborted (old generation),
+        # no outbound delivery; the events are stored before the deletion's clear goes on.
         if self.generation != staged.generation:
+            await self.turn_ended(engine, "aborted", None, inbound_id=inbound.id)
             await self._drop(staged, inbound, "stale_generation")
+            unsettled, self._unsettled = self._unsettled, []
+            await self._pub.settle(unsettled)
             return
         if outcome == "replied":
             await self._deliver_outputs(staged, inbound, engine)

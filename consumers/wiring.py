@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from consumers.settings import Settings
 from core.engine import (
     JournalHistoryReader,
+    JournalOfGeneration,
     RuntimeModel,
     Session,
     SessionOptions,
@@ -206,6 +207,9 @@ class EngineSessions:
         self.tools = builtin_registry()
         self.leases = SqlFileLeases(db)
         self.take_policy: Any = None
+        # The current generation of an id (the manager's, set at start-up): another session's
+        # history is read from its current generation only.
+        self.generation_of: Callable[[str], int] = lambda _session_id: 0
         self.runtime = RuntimeModel(
             model=settings.model,
             reasoning_effort=settings.reasoning_effort,
@@ -233,11 +237,13 @@ class EngineSessions:
         return True
 
     async def open(
-        self, session_id: str, restored: dict[str, Any] | None, *, options: SessionOptions | None = None,
-        chat: dict[str, Any] | None = None, new: bool = False,
+        self, session_id: str, restored: dict[str, Any] | None, *, generation: int,
+        options: SessionOptions | None = None, chat: dict[str, Any] | None = None, new: bool = False,
     ) -> Session:
-        """Open ``session_id``; ``restored`` (a snapshot) wins over ``options`` for accepted state.
+        """Open ``generation`` of ``session_id``; ``restored`` (a snapshot) wins over ``options``.
 
+        The session reads and writes only that generation's journal rows, also after its id
+        was deleted (SM-21/SM-22: a late write never reaches the next generation).
         ``new``: the session was created by this process a moment ago (``take_new``), so its
         journal is known to be empty and is not read.
         """
@@ -246,19 +252,27 @@ class EngineSessions:
             system_prompt=self._settings.system_prompt,
             runtime=self.runtime,
             options=options or self.options_for(session_id, chat),
-            journal=self.journal,
+            journal=JournalOfGeneration(self.journal, lambda _session_id: generation),
             provider=self.provider,
             tools=self.tools,
             knowledge=self.knowledge,
             restored=restored,
             take_policy=self.take_policy,
-            history_reader=JournalHistoryReader(self.journal),
+            history_reader=JournalHistoryReader(JournalOfGeneration(self.journal, self._current_generation)),
             leases=self.leases,
             journal_empty=new,
         )
 
-    async def clear(self, session_id: str) -> None:
-        await self.journal.clear(session_id)
+    def _current_generation(self, session_id: str) -> int:
+        return self.generation_of(session_id)
+
+    async def clear(self, session_id: str, *, before_generation: int | None = None) -> None:
+        """Delete the history of generations older than ``before_generation`` (None: all of it)."""
+        await self.journal.clear(session_id, before_generation=before_generation)
+
+    async def clear_stale(self) -> int:
+        """Start-up: delete journal rows of ids without a record or of superseded generations."""
+        return await self.journal.clear_stale()
 
     async def close(self) -> None:
         await self.journal.aclose()

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from core.engine.delivery import validate_delivery_file_name
 from core.engine.ingress import JournalHistoryReader, ingress_options
-from core.engine.journal import EntryKind, HistoryJournal, InMemoryJournal, JournalEntry
+from core.engine.journal import (
+    EntryKind,
+    GenerationalJournal,
+    HistoryJournal,
+    InMemoryJournal,
+    JournalEntry,
+    JournalOfGeneration,
+)
 from core.engine.knowledge import InMemoryKnowledgeStore, KnowledgeNode, KnowledgeObject, KnowledgeStore
 from core.engine.objects import ResolvedObject
 from core.engine.options import AgentMode, RuntimeModel, SessionOptions, WorkBinding
@@ -20,12 +27,14 @@ __all__ = [
     "AgentMode",
     "Checkpoint",
     "EntryKind",
+    "GenerationalJournal",
     "HistoryJournal",
     "HistoryReader",
     "InMemoryJournal",
     "InMemoryKnowledgeStore",
     "JournalHistoryReader",
     "JournalEntry",
+    "JournalOfGeneration",
     "KnowledgeNode",
     "KnowledgeObject",
     "KnowledgeStore",

@@ -4,11 +4,17 @@ Every semantic change of a session is one or more journal entries; the session
 state is a fold over them (``core.engine.reducer``). Entries are numbered per
 session by ``seq`` (0, 1, 2, …); a journal refuses a ``seq`` it already holds
 with ``core.errors.Conflict`` so two writers of one session cannot interleave.
+
+A stored journal keeps each generation of a session id apart (SM-22): ``append`` and
+``load`` take the generation (0 by default), so a write of a deleted generation that
+lands late is never read by the next one. ``JournalOfGeneration`` is the plain port an
+engine ``Session`` writes through, bound to the generation it was opened for.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
@@ -66,18 +72,56 @@ class HistoryJournal(Protocol):
         ...
 
 
+class GenerationalJournal(Protocol):
+    """Port of a stored journal: each generation of a session id is a history of its own."""
+
+    async def append(self, session_id: str, entries: list[JournalEntry], *, generation: int = 0) -> None:
+        """Durably append to ``generation``'s history; Conflict on a taken seq."""
+        ...
+
+    async def load(self, session_id: str, *, generation: int = 0) -> list[JournalEntry]:
+        """Every entry of ``generation`` in ``seq`` order."""
+        ...
+
+    async def clear(self, session_id: str, *, before_generation: int | None = None) -> None:
+        """Remove generations older than ``before_generation`` (None: every generation)."""
+        ...
+
+
+class JournalOfGeneration:
+    """``HistoryJournal`` over one generation of each id: ``generation_of(session_id)`` picks it.
+
+    An engine ``Session`` gets one bound to the generation it was opened for, so what it
+    writes after its id was deleted stays in the old generation.
+    """
+
+    def __init__(self, journal: GenerationalJournal, generation_of: Callable[[str], int]) -> None:
+        self._journal = journal
+        self._generation_of = generation_of
+
+    async def append(self, session_id: str, entries: list[JournalEntry]) -> None:
+        await self._journal.append(session_id, entries, generation=self._generation_of(session_id))
+
+    async def load(self, session_id: str) -> list[JournalEntry]:
+        return await self._journal.load(session_id, generation=self._generation_of(session_id))
+
+    async def clear(self, session_id: str) -> None:
+        """Remove this generation and every older one."""
+        await self._journal.clear(session_id, before_generation=self._generation_of(session_id) + 1)
+
+
 class InMemoryJournal:
-    """A journal in a dict, for unit tests and single-process embedding."""
+    """A journal in a dict, for unit tests and single-process embedding (generation 0 by default)."""
 
     def __init__(self) -> None:
-        self._entries: dict[str, list[JournalEntry]] = {}
+        self._entries: dict[tuple[str, int], list[JournalEntry]] = {}
         self._lock = asyncio.Lock()
         self.append_calls = 0
 
-    async def append(self, session_id: str, entries: list[JournalEntry]) -> None:
+    async def append(self, session_id: str, entries: list[JournalEntry], *, generation: int = 0) -> None:
         """Append atomically; refuse seqs that are already taken."""
         async with self._lock:
-            existing = self._entries.setdefault(session_id, [])
+            existing = self._entries.setdefault((session_id, generation), [])
             taken = {e.seq for e in existing}
             clash = [e.seq for e in entries if e.seq in taken]
             if clash:
@@ -86,14 +130,17 @@ class InMemoryJournal:
             existing.sort(key=lambda e: e.seq)
             self.append_calls += 1
 
-    async def load(self, session_id: str) -> list[JournalEntry]:
-        """Entries in seq order."""
-        return list(self._entries.get(session_id, []))
+    async def load(self, session_id: str, *, generation: int = 0) -> list[JournalEntry]:
+        """Entries of ``generation`` in seq order."""
+        return list(self._entries.get((session_id, generation), []))
 
-    async def clear(self, session_id: str) -> None:
-        """Forget the session."""
-        self._entries.pop(session_id, None)
+    async def clear(self, session_id: str, *, before_generation: int | None = None) -> None:
+        """Forget the session's generations older than ``before_generation`` (None: all)."""
+        for key in [k for k in self._entries if k[0] == session_id]:
+            if before_generation is None or key[1] < before_generation:
+                del self._entries[key]
 
-    def truncate_after(self, session_id: str, seq: int) -> None:
+    def truncate_after(self, session_id: str, seq: int, *, generation: int = 0) -> None:
         """Test helper: drop entries with ``seq`` greater than ``seq`` (simulates lost writes)."""
-        self._entries[session_id] = [e for e in self._entries.get(session_id, []) if e.seq <= seq]
+        key = (session_id, generation)
+        self._entries[key] = [e for e in self._entries.get(key, []) if e.seq <= seq]

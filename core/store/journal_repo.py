@@ -6,12 +6,16 @@ transaction and resolves every caller after the commit, so under load many
 sessions share each transaction without any fixed delay. A failing batch is
 retried one append at a time, so a single bad append (e.g. a taken seq →
 ``Conflict``) cannot fail the others. Entries are durable when ``append`` returns.
+
+Rows are keyed by (session id, generation, seq): a write of generation g that lands
+after a deletion's clear is never read by generation g+1 (SM-21/SM-22), and
+``clear_stale`` removes such rows, and those of ids without a record, at start-up.
 """
 
 from __future__ import annotations
 
 import orjson
-from sqlalchemy import delete, insert, select
+from sqlalchemy import and_, delete, exists, func, insert, or_, select, tuple_
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -19,6 +23,7 @@ from core.engine.journal import EntryKind, JournalEntry
 from core.errors import Conflict, Unavailable
 from core.store.committer import GroupCommitter
 from core.store.journal_tables import journal_entries
+from core.store.session_tables import generations_table, sessions_table
 
 
 class SqlHistoryJournal:
@@ -35,13 +40,13 @@ class SqlHistoryJournal:
         """Transactions the committer has run (shared with other writers when it is the process's)."""
         return self._committer.transactions
 
-    async def append(self, session_id: str, entries: list[JournalEntry]) -> None:
-        """Durably append (group-committed); Conflict when a seq is already taken."""
+    async def append(self, session_id: str, entries: list[JournalEntry], *, generation: int = 0) -> None:
+        """Durably append to ``generation``'s history (group-committed); Conflict when a seq is taken."""
         if not entries:
             return
         rows = [
             {
-                "session_id": session_id, "seq": e.seq, "kind": e.kind.value, "turn_id": e.turn_id,
+                "session_id": session_id, "generation": generation, "seq": e.seq, "kind": e.kind.value, "turn_id": e.turn_id,
                 "external_event_id": e.external_event_id, "at": e.at, "payload": orjson.dumps(e.payload).decode(),
             }
             for e in entries
@@ -55,9 +60,13 @@ class SqlHistoryJournal:
             raise error from exc
         self.appends += 1
 
-    async def load(self, session_id: str) -> list[JournalEntry]:
-        """Every entry of the session in seq order."""
-        query = select(journal_entries).where(journal_entries.c.session_id == session_id).order_by(journal_entries.c.seq)
+    async def load(self, session_id: str, *, generation: int = 0) -> list[JournalEntry]:
+        """Every entry of the session's ``generation`` in seq order."""
+        query = (
+            select(journal_entries)
+            .where(and_(journal_entries.c.session_id == session_id, journal_entries.c.generation == generation))
+            .order_by(journal_entries.c.seq)
+        )
         try:
             async with self._engine.connect() as conn:
                 rows = (await conn.execute(query)).all()
@@ -71,11 +80,28 @@ class SqlHistoryJournal:
             for row in rows
         ]
 
-    async def clear(self, session_id: str) -> None:
-        """Delete the session's history."""
-        await self._committer.run(
-            lambda conn: conn.execute(delete(journal_entries).where(journal_entries.c.session_id == session_id))
+    async def clear(self, session_id: str, *, before_generation: int | None = None) -> None:
+        """Delete the session's history: of generations older than ``before_generation``, or all."""
+        where = journal_entries.c.session_id == session_id
+        if before_generation is not None:
+            where = and_(where, journal_entries.c.generation < before_generation)
+        await self._committer.run(lambda conn: conn.execute(delete(journal_entries).where(where)))
+
+    async def clear_stale(self) -> int:
+        """Delete rows no session can read (start-up): of ids without a record, or of a
+        generation older than the id's persisted one (a crash between a deletion's record
+        removal and its clear, or a write that landed after the clear). Returns the count."""
+        j, s, g = journal_entries, sessions_table, generations_table
+        # Judged once per (id, generation), not per row: the pairs come off the primary key's prefix.
+        pairs = select(j.c.session_id, j.c.generation).distinct().subquery()
+        current = func.coalesce(select(g.c.generation).where(g.c.session_id == pairs.c.session_id).scalar_subquery(), 0)
+        stale = select(pairs.c.session_id, pairs.c.generation).where(
+            or_(~exists().where(s.c.id == pairs.c.session_id), pairs.c.generation < current)
         )
+        result = await self._committer.run(
+            lambda conn: conn.execute(delete(j).where(tuple_(j.c.session_id, j.c.generation).in_(stale)))
+        )
+        return int(result.rowcount or 0)
 
     async def aclose(self) -> None:
         """Flush queued appends (and stop the committer when it is this journal's own)."""

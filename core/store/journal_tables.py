@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Column, Index, Integer, LargeBinary, String, Table, Text
+from sqlalchemy import BigInteger, Column, Index, Integer, LargeBinary, String, Table, Text, text
 
 from core.store.db import metadata
 
@@ -10,6 +10,9 @@ journal_entries = Table(
     "journal_entries",
     metadata,
     Column("session_id", String(512), primary_key=True),
+    # SM-22: rows are the history of one generation of the id; a late write of an older
+    # generation is never read by a newer one, whose seqs start at 0 again.
+    Column("generation", BigInteger, primary_key=True, autoincrement=False, server_default=text("0")),
     Column("seq", BigInteger, primary_key=True, autoincrement=False),
     Column("kind", String(32), nullable=False),
     Column("turn_id", String(128), nullable=True),

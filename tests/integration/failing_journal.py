@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import orjson
 
-from core.engine.journal import HistoryJournal, JournalEntry
+from core.engine.journal import GenerationalJournal, JournalEntry
 
 
 class FailingJournal:
@@ -14,7 +15,7 @@ class FailingJournal:
     (the first ``times`` such appends; ``None``: every one). Everything else goes through."""
 
     def __init__(
-        self, inner: HistoryJournal, marker: str, error: Callable[[], Exception], times: int | None = None
+        self, inner: GenerationalJournal, marker: str, error: Callable[[], Exception], times: int | None = None
     ) -> None:
         self.inner = inner
         self.marker = marker.encode()
@@ -22,20 +23,12 @@ class FailingJournal:
         self.times = times
         self.failures = 0
 
-    async def append(self, session_id: str, entries: list[JournalEntry]) -> None:
+    async def append(self, session_id: str, entries: list[JournalEntry], **kw: Any) -> None:
         hit = any(self.marker in orjson.dumps(e.payload) for e in entries)
         if hit and (self.times is None or self.failures < self.times):
             self.failures += 1
             raise self.error()
-        await self.inner.append(session_id, entries)
+        await self.inner.append(session_id, entries, **kw)
 
-    async def load(self, session_id: str) -> list[JournalEntry]:
-        return await self.inner.load(session_id)
-
-    async def clear(self, session_id: str) -> None:
-        await self.inner.clear(session_id)
-
-    async def aclose(self) -> None:
-        close = getattr(self.inner, "aclose", None)
-        if close is not None:
-            await close()
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)  # load, clear, lookups, aclose: the real journal's

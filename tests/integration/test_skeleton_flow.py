@@ -205,9 +205,9 @@ async def test_a_session_created_here_opens_without_reads_and_a_known_one_is_res
         loads: list[str] = []
         real_load = journal.load
 
-        async def counting_load(session_id: str):  # type: ignore[no-untyped-def]
+        async def counting_load(session_id: str, **kw):  # type: ignore[no-untyped-def]
             loads.append(session_id)
-            return await real_load(session_id)
+            return await real_load(session_id, **kw)
 
         journal.load = counting_load  # type: ignore[method-assign]
         await publish_inbound(nc, subjects, inbound(sid, "first"))
