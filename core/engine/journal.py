@@ -9,6 +9,7 @@ with ``core.errors.Conflict`` so two writers of one session cannot interleave.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
@@ -65,6 +66,12 @@ class HistoryJournal(Protocol):
         """Remove the session's whole history."""
         ...
 
+    async def entries_for_event(
+        self, session_id: str, external_event_id: str, kinds: Sequence[EntryKind]
+    ) -> list[JournalEntry]:
+        """The entries of ``kinds`` tied to ``external_event_id`` in ``seq`` order (KS-14 lookups)."""
+        ...
+
 
 class InMemoryJournal:
     """A journal in a dict, for unit tests and single-process embedding."""
@@ -93,6 +100,15 @@ class InMemoryJournal:
     async def clear(self, session_id: str) -> None:
         """Forget the session."""
         self._entries.pop(session_id, None)
+
+    async def entries_for_event(
+        self, session_id: str, external_event_id: str, kinds: Sequence[EntryKind]
+    ) -> list[JournalEntry]:
+        """Entries of ``kinds`` tied to the event, in seq order."""
+        return [
+            e for e in self._entries.get(session_id, [])
+            if e.external_event_id == external_event_id and e.kind in kinds
+        ]
 
     def truncate_after(self, session_id: str, seq: int) -> None:
         """Test helper: drop entries with ``seq`` greater than ``seq`` (simulates lost writes)."""

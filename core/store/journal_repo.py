@@ -10,6 +10,8 @@ retried one append at a time, so a single bad append (e.g. a taken seq →
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import orjson
 from sqlalchemy import delete, insert, select
 from sqlalchemy.exc import DBAPIError, IntegrityError
@@ -58,6 +60,32 @@ class SqlHistoryJournal:
     async def load(self, session_id: str) -> list[JournalEntry]:
         """Every entry of the session in seq order."""
         query = select(journal_entries).where(journal_entries.c.session_id == session_id).order_by(journal_entries.c.seq)
+        try:
+            async with self._engine.connect() as conn:
+                rows = (await conn.execute(query)).all()
+        except DBAPIError as exc:
+            raise Unavailable(f"journal read failed: {exc.orig!r}") from exc
+        return [
+            JournalEntry(
+                seq=row.seq, kind=EntryKind(row.kind), turn_id=row.turn_id,
+                external_event_id=row.external_event_id, at=row.at, payload=orjson.loads(row.payload),
+            )
+            for row in rows
+        ]
+
+    async def entries_for_event(
+        self, session_id: str, external_event_id: str, kinds: Sequence[EntryKind]
+    ) -> list[JournalEntry]:
+        """Entries of ``kinds`` tied to the event in seq order (index ``ix_journal_entries_event``)."""
+        query = (
+            select(journal_entries)
+            .where(
+                journal_entries.c.session_id == session_id,
+                journal_entries.c.external_event_id == external_event_id,
+                journal_entries.c.kind.in_([k.value for k in kinds]),
+            )
+            .order_by(journal_entries.c.seq)
+        )
         try:
             async with self._engine.connect() as conn:
                 rows = (await conn.execute(query)).all()
