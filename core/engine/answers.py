@@ -42,17 +42,17 @@ class EventAnswers:
     """What the session holds for one external event: its responses and the inbound messages."""
 
     responses: list[dict[str, Any]] = field(default_factory=list)
-    inbound_ids: list[str] = field(default_factory=list)
+    inbound_ids: dict[str, str] = field(default_factory=dict)  # turn id → inbound id of its user message
 
     @classmethod
     def from_entries(cls, entries: Iterable[JournalEntry]) -> EventAnswers:
         """Fold the journal entries of one event (any order) into its answers."""
         responses: list[dict[str, Any]] = []
-        inbound_ids: list[str] = []
+        inbound_ids: dict[str, str] = {}
         for entry in sorted(entries, key=lambda e: e.seq):
             if entry.kind == EntryKind.USER_MESSAGE:
                 if entry.payload.get("inbound_id"):
-                    inbound_ids.append(str(entry.payload["inbound_id"]))
+                    inbound_ids.setdefault(str(entry.turn_id), str(entry.payload["inbound_id"]))
                 continue
             record = response_record(entry)
             if record is not None:
@@ -70,6 +70,12 @@ class EventAnswers:
         """The turn that answered the event."""
         answer = self.answer
         return None if answer is None else answer.get("turn_id")
+
+    @property
+    def answering_inbound_id(self) -> str | None:
+        """The inbound message that began the answering turn."""
+        turn_id = self.turn_id
+        return None if turn_id is None else self.inbound_ids.get(turn_id)
 
     @property
     def replies(self) -> list[dict[str, Any]]:

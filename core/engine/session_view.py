@@ -35,15 +35,16 @@ class SessionView:
         message still in the transcript, or it never dropped an event — else from the journal.
         """
         recent = self._state.external_responses.get(external_event_id)
-        inbound_ids = [
-            str(item["payload"]["inbound_id"]) for item in self._state.transcript
-            if item.get("kind") == "user_message" and item.get("external_event_id") == external_event_id
-            and (item.get("payload") or {}).get("inbound_id")
-        ]
         if recent is None and len(self._state.external_responses) < MAX_EXTERNAL_EVENTS:
-            return EventAnswers([], inbound_ids)
-        if recent is not None and inbound_ids:
-            return EventAnswers([dict(r) for r in recent], inbound_ids)
+            return EventAnswers()
+        if recent is not None:
+            users = [
+                (str(item.get("turn_id")), str(item["payload"]["inbound_id"])) for item in self._state.transcript
+                if item.get("kind") == "user_message" and item.get("external_event_id") == external_event_id
+                and (item.get("payload") or {}).get("inbound_id")
+            ]
+            if users:
+                return EventAnswers([dict(r) for r in recent], dict(reversed(users)))
         entries = await self.journal.entries_for_event(self._state.session_id, external_event_id, EVENT_KINDS)
         return EventAnswers.from_entries(entries)
 
