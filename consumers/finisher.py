@@ -3,10 +3,10 @@
 A turn's replies and events are pipelined and its bookkeeping writes run
 behind the manager's lock, so the actor can start the next message at once.
 ``TurnFinisher`` waits for those writes and for the broker's acks, then marks
-the message done in the inbox. If acks do not come, it republishes the replies
-under the same ``Nats-Msg-Id`` (JetStream drops what did arrive) with backoff;
-if they never come, the message stays staged and is answered again after a
-restart — never lost, never answered twice.
+the message done in the inbox. If acks do not come, it republishes with backoff
+the replies the outbound stream does not hold (read back first, so a retry later
+than the duplicate window stores nothing twice); if they never come, the message
+stays staged and is delivered after a restart — never lost, never answered twice.
 """
 
 from __future__ import annotations

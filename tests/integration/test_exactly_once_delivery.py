@@ -3,6 +3,7 @@ kept down longer than the outbound stream's duplicate window never publishes tha
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import time
@@ -18,6 +19,8 @@ from nats.aio.msg import Msg
 from nats.js.errors import NotFoundError
 from sqlalchemy import select
 
+from consumers import finisher
+from consumers.service import TurnstileService
 from consumers.settings import Settings
 from core.store.db import create_engine
 from core.store.inbox import STAGED, inbox
@@ -153,3 +156,40 @@ async def test_a_turn_killed_between_its_replies_publishes_only_the_missing_one_
         assert set(ids.values()) == {1}
     finally:
         await windowed.stop()
+
+
+@pytest.mark.rule("MQ-8")
+@pytest.mark.timeout(60)
+async def test_the_finishers_retry_later_than_the_duplicate_window_does_not_store_a_reply_twice(
+    settings: Settings, nc: Client, subjects: Subjects, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The acks of a turn's publishes "do not come" once (the reply was stored all the same); the
+    # finisher's retry runs only after the duplicate window, so Nats-Msg-Id cannot catch it.
+    monkeypatch.setattr(finisher, "RETRY_BASE_DELAY_S", DUPLICATE_WINDOW_S + 0.5)
+    svc = TurnstileService(settings.model_copy(update={"duplicate_window_s": DUPLICATE_WINDOW_S}))
+    await svc.start()
+    try:
+        assert svc.publisher is not None and svc.inbox is not None
+        publisher, box = svc.publisher, svc.inbox
+        settle = publisher.settle
+        failed: list[int] = []
+
+        async def first_settle_fails(futures: list[asyncio.Future[Any]] | None = None) -> bool:
+            ok = await settle(futures)
+            if futures and len(futures) >= 3 and not failed:  # a finisher's: turn.started, reply, turn.ended
+                failed.append(len(futures))
+                return False
+            return ok
+
+        monkeypatch.setattr(publisher, "settle", first_settle_fails)
+        sid = f"retry-{uuid.uuid4().hex[:6]}"
+        body = inbound(sid, "answer me once")
+        await publish_inbound(nc, subjects, body)
+        async def finished() -> bool:
+            return await box.status_of("cli", body["id"]) == "done"
+
+        await wait_for(finished, timeout_s=30, what="the done mark after the retry")
+        assert failed
+        assert [r["text"] for r in await stored_replies(nc, subjects, sid)] == ["echo: answer me once"]
+    finally:
+        await svc.stop()
