@@ -3,7 +3,9 @@
 The state remembers the responses of the newest ``MAX_EXTERNAL_EVENTS`` events only (they
 ride in every checkpoint). ``EventAnswers`` is the durable view: built from the state when
 the state can know (the event is there, or nothing was ever evicted), else from the journal
-entries tied to the event (``HistoryJournal.entries_for_event``, an indexed lookup).
+entries tied to the event (``HistoryJournal.entries_for_event``, an indexed lookup). So that
+a new event costs no read per message, a loaded session reads the ids of every event it
+responded to once (``HistoryJournal.event_ids``) and keeps that set current as it commits.
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ from typing import Any
 
 from core.engine.journal import EntryKind, JournalEntry
 
-# The entry kinds that respond to an event, and the user message that began its turn.
-EVENT_KINDS = (EntryKind.USER_MESSAGE, EntryKind.AGENT_MESSAGE, EntryKind.NOTICE, EntryKind.OBJECT, EntryKind.REPLY)
+# The entry kinds that respond to an event; with the user message that began its turn.
+RESPONSE_KINDS = (EntryKind.AGENT_MESSAGE, EntryKind.NOTICE, EntryKind.OBJECT, EntryKind.REPLY)
+EVENT_KINDS = (EntryKind.USER_MESSAGE, *RESPONSE_KINDS)
 
 
 def response_record(entry: JournalEntry) -> dict[str, Any] | None:

@@ -72,6 +72,10 @@ class HistoryJournal(Protocol):
         """The entries of ``kinds`` tied to ``external_event_id`` in ``seq`` order (KS-14 lookups)."""
         ...
 
+    async def event_ids(self, session_id: str, kinds: Sequence[EntryKind]) -> set[str]:
+        """The external event ids the session's entries of ``kinds`` are tied to."""
+        ...
+
 
 class InMemoryJournal:
     """A journal in a dict, for unit tests and single-process embedding."""
@@ -109,6 +113,11 @@ class InMemoryJournal:
             e for e in self._entries.get(session_id, [])
             if e.external_event_id == external_event_id and e.kind in kinds
         ]
+
+    async def event_ids(self, session_id: str, kinds: Sequence[EntryKind]) -> set[str]:
+        """Event ids of the session's entries of ``kinds``."""
+        entries = self._entries.get(session_id, [])
+        return {e.external_event_id for e in entries if e.external_event_id and e.kind in kinds}
 
     def truncate_after(self, session_id: str, seq: int) -> None:
         """Test helper: drop entries with ``seq`` greater than ``seq`` (simulates lost writes)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.engine.answers import EVENT_KINDS, EventAnswers
+from core.engine.answers import EVENT_KINDS, RESPONSE_KINDS, EventAnswers
 from core.engine.journal import HistoryJournal
 from core.engine.snapshot import Status, build_snapshot, status_of
 from core.engine.state import MAX_EXTERNAL_EVENTS, SessionState, TurnOutput
@@ -18,6 +18,7 @@ class SessionView:
     system_prompt: str
     _running_op: str | None
     journal: HistoryJournal
+    _responded_events: set[str] | None
 
     def answer_for_external_event(self, external_event_id: str) -> dict[str, Any] | None:
         """The newest terminal response for exactly that event, or None (KS-14)."""
@@ -37,6 +38,13 @@ class SessionView:
         recent = self._state.external_responses.get(external_event_id)
         if recent is None and len(self._state.external_responses) < MAX_EXTERNAL_EVENTS:
             return EventAnswers()
+        if recent is None:
+            if self._responded_events is None:
+                responded = await self.journal.event_ids(self._state.session_id, RESPONSE_KINDS)
+                if self._responded_events is None:  # another lookup may have read it meanwhile
+                    self._responded_events = responded | set(self._state.external_responses)
+            if external_event_id not in self._responded_events:
+                return EventAnswers()
         if recent is not None:
             users = [
                 (str(item.get("turn_id")), str(item["payload"]["inbound_id"])) for item in self._state.transcript

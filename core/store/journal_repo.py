@@ -99,6 +99,24 @@ class SqlHistoryJournal:
             for row in rows
         ]
 
+    async def event_ids(self, session_id: str, kinds: Sequence[EntryKind]) -> set[str]:
+        """Distinct event ids of the session's entries of ``kinds`` (read once per loaded session)."""
+        query = (
+            select(journal_entries.c.external_event_id)
+            .where(
+                journal_entries.c.session_id == session_id,
+                journal_entries.c.external_event_id.is_not(None),
+                journal_entries.c.kind.in_([k.value for k in kinds]),
+            )
+            .distinct()
+        )
+        try:
+            async with self._engine.connect() as conn:
+                rows = (await conn.execute(query)).all()
+        except DBAPIError as exc:
+            raise Unavailable(f"journal read failed: {exc.orig!r}") from exc
+        return {str(row[0]) for row in rows}
+
     async def clear(self, session_id: str) -> None:
         """Delete the session's history."""
         await self._committer.run(

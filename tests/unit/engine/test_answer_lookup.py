@@ -54,3 +54,35 @@ async def test_a_young_session_answers_from_its_state_without_reading_the_journa
     answered = await session.lookup_external_event("ev-1")
     assert [r["text"] for r in answered.replies] == ["first", "second"]
     assert reads == []
+
+
+@pytest.mark.rule("KS-14")
+async def test_a_long_session_reads_its_responded_events_once_and_keeps_them_current(
+    make_session: SessionFactory, journal: InMemoryJournal
+) -> None:
+    # KS-14: new events cost no journal read per message; events answered after that read are
+    # still found once the state has dropped them.
+    session = await make_session()
+    for i in range(MAX_EXTERNAL_EVENTS + 2):
+        await session.begin_user_turn(f"message {i}", {"external_event_id": f"ev-{i}", "inbound_id": f"in-{i}"})
+        await session.run_pending_turn(f"op-{i}", Recorder())
+    reads: list[str] = []
+    for name in ("event_ids", "entries_for_event"):
+        original = getattr(journal, name)
+
+        async def counting(*args: object, _name: str = name, _original: object = original, **kwargs: object) -> object:
+            reads.append(_name)
+            return await _original(*args, **kwargs)  # type: ignore[operator]
+
+        setattr(journal, name, counting)
+    assert (await session.lookup_external_event("ev-new-1")).answer is None
+    assert (await session.lookup_external_event("ev-new-2")).answer is None
+    assert reads == ["event_ids"]
+    later = MAX_EXTERNAL_EVENTS + 2
+    for i in range(later, later + MAX_EXTERNAL_EVENTS + 1):  # ev-<later> leaves the state again
+        await session.begin_user_turn(f"message {i}", {"external_event_id": f"ev-{i}", "inbound_id": f"in-{i}"})
+        await session.run_pending_turn(f"op-{i}", Recorder())
+    assert session.answer_for_external_event(f"ev-{later}") is None
+    found = await session.lookup_external_event(f"ev-{later}")
+    assert found.answer is not None and found.answer["text"] == f"echo: message {later}"
+    assert reads == ["event_ids", "entries_for_event"]
