@@ -57,15 +57,24 @@ class TurnFinisher:
         republish: Republish,
     ) -> None:
         await asyncio.gather(*behind, return_exceptions=True)
+        settled = await self._pub.settle(unsettled)
         for attempt in range(RETRY_ATTEMPTS):
-            if await self._pub.settle(unsettled):
+            if settled:
                 self.finish(staged)
                 return
             log.warning("session %s: replies or events of %s not acknowledged (attempt %d); republishing",
                         self._session_id, staged.message_id, attempt + 1)
             await asyncio.sleep(RETRY_BASE_DELAY_S * 2**attempt)
             unsettled = []
-            await republish(unsettled)
+            try:
+                await republish(unsettled)
+            except Exception as exc:  # e.g. the outbound stream unreadable: the next attempt tries again
+                log.warning("session %s: republishing %s failed: %r", self._session_id, staged.message_id, exc)
+                continue
+            settled = await self._pub.settle(unsettled)
+        if settled:
+            self.finish(staged)
+            return
         log.error("session %s: %s stays staged; it is answered again after a restart",
                   self._session_id, staged.message_id)
 

@@ -19,6 +19,8 @@ from nats.js import JetStreamContext
 from nats.js.api import RawStreamMsg
 from nats.js.errors import NotFoundError
 
+from core.errors import Unavailable
+
 # The answer's journal time is the service's clock; stored messages carry the broker's. Reading
 # from this much earlier tolerates that much clock difference between the two hosts.
 CLOCK_MARGIN_S = 300.0
@@ -51,6 +53,8 @@ async def stored_reply_seqs(
             seq, msg_id = await _get(js, stream, request)
         except NotFoundError:
             return found
+        except Exception as exc:  # unreadable now: the caller retries rather than publish blindly
+            raise Unavailable(f"outbound stream {stream} not readable: {exc!r}") from exc
         if msg_id.startswith(prefix) and msg_id[len(prefix):].isdigit():
             found.add(int(msg_id[len(prefix):]))
         request = {"seq": seq + 1, "next_by_subj": subject}
