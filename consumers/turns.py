@@ -235,6 +235,10 @@ class TurnRunner(ReplyDelivery):
             # Answered before a crash, maybe not delivered: publish what the outbound stream lacks.
             sent: list[asyncio.Future[Any]] = []
             await self._deliver_previous(staged, inbound, engine, ext_id, sent, answers)
+            if not sent and answers.answering_inbound_id not in (None, inbound.id):
+                # A replay while its first message is still finishing: the stream holds the whole answer.
+                await self._drop(staged, inbound, "duplicate", f"event {ext_id!r} was already answered")
+                return
             self._spawn_finisher(staged, inbound, engine, sent, [])
             return
         if not (engine.pending_turn and engine.pending_external_event_id == ext_id):

@@ -9,9 +9,11 @@ from collections.abc import AsyncIterator
 import pytest
 from nats.aio.client import Client
 
+from consumers import finisher
 from consumers.service import TurnstileService
 from consumers.settings import Settings
 from core.engine.state import MAX_EXTERNAL_EVENTS
+from core.store.inbox import StagedMessage
 from schemas.subjects import Subjects
 from tests.integration.harness import Collector, api, inbound, publish_inbound, wait_for
 from tests.integration.ks_helpers import events_of
@@ -76,3 +78,33 @@ async def test_answer_lookup_tells_unanswered_events_unknown_sessions_and_bad_re
     assert unknown["error"]["code"] == "not_found"
     bad = await api(nc, subjects, "answer", "lookup", {"session_id": sid})
     assert bad["error"]["code"] == "invalid"
+
+
+@pytest.mark.rule("KS-14", "MQ-8")
+async def test_a_replay_while_the_first_message_is_still_unfinished_is_dropped_once_its_answer_is_stored(
+    service_on: TurnstileService, nc: Client, subjects: Subjects, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The first message's done mark never lands (as if its acks were slow): the replay finds the whole
+    # answer in the outbound stream, publishes nothing and is dropped as a duplicate.
+    sid = f"slow-{uuid.uuid4().hex[:8]}"
+    replies = await Collector().attach(nc, subjects.outbound("cli", sid))
+    events = await Collector().attach(nc, subjects.events_of(sid))
+    first = inbound(sid, "hello", external_event_id="e-slow")
+    finish = finisher.TurnFinisher.finish
+
+    def never_the_first(self: finisher.TurnFinisher, staged: StagedMessage) -> None:
+        if staged.message_id != first["id"]:
+            finish(self, staged)
+
+    monkeypatch.setattr(finisher.TurnFinisher, "finish", never_the_first)
+    await publish_inbound(nc, subjects, first)
+    await wait_for(lambda: replies.messages, what="the answer")
+    replay = inbound(sid, "hello", external_event_id="e-slow")
+    await publish_inbound(nc, subjects, replay)
+    await wait_for(lambda: events_of(events, "message.dropped"), what="the replay dropped")
+    dropped = events_of(events, "message.dropped")[0]["data"]
+    assert dropped["inbound_id"] == replay["id"] and dropped["reason"] == "duplicate"
+    assert service_on.inbox is not None
+    assert await service_on.inbox.status_of("cli", first["id"]) == "staged"
+    info = await nc.jetstream().stream_info(subjects.outbound_stream, subjects_filter=subjects.outbound("cli", sid))
+    assert info.state.messages == 1
