@@ -23,7 +23,7 @@ from core.errors import Unavailable
 
 # The answer's journal time is the service's clock; stored messages carry the broker's. Reading
 # from this much earlier tolerates that much clock difference between the two hosts.
-CLOCK_MARGIN_S = 300.0
+CLOCK_MARGIN_S = 60.0
 MSG_ID_HEADER = "Nats-Msg-Id"
 
 
