@@ -2,9 +2,10 @@
 
 Replies go to ``<prefix>.outbound.<platform>.<sid>`` with ``Nats-Msg-Id`` =
 ``<sid>:<turn_id>:<seq>``, pipelined; a new answer waits for the checkpoint that holds
-it first. An event answered before a crash is delivered again from the engine's state
-under the same ids (JetStream drops what had arrived); one whose first message the inbox
-already finished is recognised as delivered (KS-14).
+it first. An event answered before a crash is delivered again from the engine's answers
+(``Session.lookup_external_event``, durable), but only the replies the outbound stream
+does not hold already (read back before any republish, so the duplicate window does not
+matter); one whose first message the inbox already finished is recognised as delivered (KS-14).
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ from collections import deque
 from typing import Any
 
 from consumers.checkpoints import CheckpointChain
+from consumers.outbound_ledger import stored_reply_seqs
 from consumers.publisher import Publisher
 from core.engine import Session
+from core.engine.answers import EventAnswers
 from core.store.inbox import DONE, SqlInbox, StagedMessage
 from schemas.wire import InboundMessage, OutboundReply
 
@@ -31,20 +34,15 @@ class ReplyDelivery:
     _unsettled: list[asyncio.Future[Any]]
     _generation: int | None
 
-    async def _answer_was_delivered(self, engine: Session, ext_id: str, inbound: InboundMessage) -> bool:
-        """True when the message that began the answering turn is another one the inbox marked done."""
-        answer = engine.answer_for_external_event(ext_id) or {}
-        first = next(
-            (i for i in engine.transcript
-             if i.get("kind") == "user_message" and i.get("turn_id") == answer.get("turn_id")),
-            None,
-        )
-        original = (first or {}).get("payload", {}).get("inbound_id")
+    async def _answer_was_delivered(self, answers: EventAnswers, inbound: InboundMessage) -> bool:
+        """True when the message that began the answering turn is another one that is finished:
+        marked done in the inbox, or no longer there (the inbox prunes finished rows only)."""
+        original = answers.answering_inbound_id
         if not original or original == inbound.id:
             return False
         if original in self._finished:
             return True
-        return await self._inbox.status_of(inbound.platform, original) == DONE
+        return await self._inbox.status_of(inbound.platform, original) in (DONE, None)
 
     async def _deliver_outputs(self, staged: StagedMessage, inbound: InboundMessage, engine: Session) -> None:
         await self.deliver_outputs(engine, inbound.platform, inbound.id, inbound.external_event_id, staged.generation)
@@ -67,15 +65,33 @@ class ReplyDelivery:
 
     async def _deliver_previous(
         self, staged: StagedMessage, inbound: InboundMessage, engine: Session, ext_id: str,
-        sink: list[asyncio.Future[Any]] | None = None,
+        sink: list[asyncio.Future[Any]] | None = None, answers: EventAnswers | None = None,
     ) -> None:
-        for resp in engine.responses_for_external_event(ext_id):
-            if not resp.get("terminal"):
-                continue
-            objects = [{"object_id": resp["object_id"]}] if resp.get("object_id") else []
-            turn_id = str(resp.get("turn_id") or engine.turn_id)
-            await self._publish_reply(inbound.platform, staged.generation, inbound.id, inbound.external_event_id,
-                                      turn_id, int(resp["seq"]), str(resp.get("text") or ""), objects, sink)
+        """Publish again what the outbound stream does not hold of the event's answer.
+
+        The stream, not the duplicate window, decides: each turn's stored ``seq``s are read
+        first (``consumers/outbound_ledger.py``), so a reply is never stored twice however
+        long the process was down (within the stream's max age).
+        """
+        if answers is None:
+            answers = await engine.lookup_external_event(ext_id)
+        by_turn: dict[str, list[dict[str, Any]]] = {}
+        for resp in answers.responses:
+            if resp.get("terminal"):
+                by_turn.setdefault(str(resp.get("turn_id") or engine.turn_id), []).append(resp)
+        subject = self._pub.subjects.outbound(inbound.platform, self.session_id)
+        for turn_id, replies in by_turn.items():
+            times = [str(r["at"]) for r in replies if r.get("at")]
+            since = min(times) if len(times) == len(replies) else None  # else: read from the stream's start
+            stored = await stored_reply_seqs(
+                self._pub.js, self._pub.subjects.outbound_stream, subject, self.session_id, turn_id, since
+            )
+            for resp in replies:
+                if int(resp["seq"]) in stored:
+                    continue
+                objects = [{"object_id": resp["object_id"]}] if resp.get("object_id") else []
+                await self._publish_reply(inbound.platform, staged.generation, inbound.id, inbound.external_event_id,
+                                          turn_id, int(resp["seq"]), str(resp.get("text") or ""), objects, sink)
 
     async def _publish_reply(
         self, platform: str, generation: int, reply_to: str, external_event_id: str | None, turn_id: str, seq: int,

@@ -3,10 +3,10 @@
 A turn's replies and events are pipelined and its bookkeeping writes run
 behind the manager's lock, so the actor can start the next message at once.
 ``TurnFinisher`` waits for those writes and for the broker's acks, then marks
-the message done in the inbox. If acks do not come, it republishes the replies
-under the same ``Nats-Msg-Id`` (JetStream drops what did arrive) with backoff;
-if they never come, the message stays staged and is answered again after a
-restart — never lost, never answered twice.
+the message done in the inbox. If acks do not come, it republishes with backoff
+the replies the outbound stream does not hold (read back first, so a retry later
+than the duplicate window stores nothing twice); if they never come, the message
+stays staged and is delivered after a restart — never lost, never answered twice.
 """
 
 from __future__ import annotations
@@ -57,15 +57,24 @@ class TurnFinisher:
         republish: Republish,
     ) -> None:
         await asyncio.gather(*behind, return_exceptions=True)
+        settled = await self._pub.settle(unsettled)
         for attempt in range(RETRY_ATTEMPTS):
-            if await self._pub.settle(unsettled):
+            if settled:
                 self.finish(staged)
                 return
             log.warning("session %s: replies or events of %s not acknowledged (attempt %d); republishing",
                         self._session_id, staged.message_id, attempt + 1)
             await asyncio.sleep(RETRY_BASE_DELAY_S * 2**attempt)
             unsettled = []
-            await republish(unsettled)
+            try:
+                await republish(unsettled)
+            except Exception as exc:  # e.g. the outbound stream unreadable: the next attempt tries again
+                log.warning("session %s: republishing %s failed: %r", self._session_id, staged.message_id, exc)
+                continue
+            settled = await self._pub.settle(unsettled)
+        if settled:
+            self.finish(staged)
+            return
         log.error("session %s: %s stays staged; it is answered again after a restart",
                   self._session_id, staged.message_id)
 

@@ -17,6 +17,7 @@ from datetime import tzinfo
 from typing import TYPE_CHECKING, Any
 
 from consumers.api import Operation
+from consumers.ops_answers import operations as answer_operations
 from consumers.ops_turns import operations as turn_operations
 from consumers.settings import service_time_zone
 from core.errors import InvalidInput, NotFound
@@ -360,7 +361,7 @@ def control_operations(service: TurnstileService) -> list[Operation]:
     own = [*session_operations(service), *other_operations(service)]
     names = {(op.resource, op.verb) for op in own}
     extra = []
-    for op in turn_operations(service):
+    for op in [*turn_operations(service), *answer_operations(service)]:
         if (op.resource, op.verb) in names:
             raise RuntimeError(f"control operation {op.resource}.{op.verb} is defined twice")
         names.add((op.resource, op.verb))

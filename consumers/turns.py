@@ -290,14 +290,19 @@ class TurnRunner(ReplyDelivery):
         engine = await self.load(inbound)
         checkpoint = self.checkpointer(inbound.id)
         ext_id = external_id_of(inbound)
-        if engine.answer_for_external_event(ext_id) is not None and engine.pending_external_event_id != ext_id:
-            # KS-14: this event was answered already — a redelivery or a replay.
-            if await self._answer_was_delivered(engine, ext_id, inbound):
+        answers = None if engine.pending_external_event_id == ext_id else await engine.lookup_external_event(ext_id)
+        if answers is not None and answers.answer is not None:
+            # KS-14: this event was answered already (durably looked up) — a redelivery or a replay.
+            if await self._answer_was_delivered(answers, inbound):
                 await self._drop(staged, inbound, "duplicate", f"event {ext_id!r} was already answered")
                 return
-            # Answered before a crash, not yet delivered: deliver again; JetStream dedups on Nats-Msg-Id.
+            # Answered before a crash, maybe not delivered: publish what the outbound stream lacks.
             sent: list[asyncio.Future[Any]] = []
-            await self._deliver_previous(staged, inbound, engine, ext_id, sent)
+            await self._deliver_previous(staged, inbound, engine, ext_id, sent, answers)
+            if not sent and answers.answering_inbound_id not in (None, inbound.id):
+                # A replay while its first message is still finishing: the stream holds the whole answer.
+                await self._drop(staged, inbound, "duplicate", f"event {ext_id!r} was already answered")
+                return
             self._spawn_finisher(staged, inbound, engine, sent, [])
             return
         if not (engine.pending_turn and engine.pending_external_event_id == ext_id):

@@ -134,6 +134,31 @@ class KnowledgeListRequest(TurnsRequest):
         return self
 
 
+class AnswerLookupRequest(TurnsRequest):
+    """``answer.lookup`` (KS-14): how the session answered one external event, from its journal."""
+
+    session_id: SessionId
+    external_event_id: str = Field(min_length=1, max_length=512, description="the platform's event id")
+
+
+class AnswerReplyOut(BaseModel):
+    """One reply of the answering turn, as delivered on the outbound subject (``seq`` as there)."""
+
+    seq: int
+    kind: str = Field(description="agent_message, reply or object")
+    text: str | None = None
+    object_id: str | None = None
+    at: str | None = Field(None, description="when the reply was journaled (RFC 3339)")
+
+
+class AnswerLookupOut(BaseModel):
+    """Result of ``answer.lookup``: ``answered`` false (``turn_id`` null, no replies) when it was not."""
+
+    answered: bool
+    turn_id: str | None = None
+    replies: list[AnswerReplyOut] = Field(default_factory=list)
+
+
 TURNS_CONTROL_MODELS: dict[str, type[BaseModel]] = {
     "session.interrupt": InterruptRequest,
     "session.group_context": GroupContextRequest,
@@ -144,4 +169,5 @@ TURNS_CONTROL_MODELS: dict[str, type[BaseModel]] = {
     "object.resolve": ObjectResolveRequest,
     "knowledge.get": KnowledgeGetRequest,
     "knowledge.list": KnowledgeListRequest,
+    "answer.lookup": AnswerLookupRequest,
 }

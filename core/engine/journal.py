@@ -14,7 +14,7 @@ engine ``Session`` writes through, bound to the generation it was opened for.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
@@ -71,6 +71,16 @@ class HistoryJournal(Protocol):
         """Remove the session's whole history."""
         ...
 
+    async def entries_for_event(
+        self, session_id: str, external_event_id: str, kinds: Sequence[EntryKind]
+    ) -> list[JournalEntry]:
+        """The entries of ``kinds`` tied to ``external_event_id`` in ``seq`` order (KS-14 lookups)."""
+        ...
+
+    async def event_ids(self, session_id: str, kinds: Sequence[EntryKind]) -> set[str]:
+        """The external event ids the session's entries of ``kinds`` are tied to."""
+        ...
+
 
 class GenerationalJournal(Protocol):
     """Port of a stored journal: each generation of a session id is a history of its own."""
@@ -85,6 +95,16 @@ class GenerationalJournal(Protocol):
 
     async def clear(self, session_id: str, *, before_generation: int | None = None) -> None:
         """Remove generations older than ``before_generation`` (None: every generation)."""
+        ...
+
+    async def entries_for_event(
+        self, session_id: str, external_event_id: str, kinds: Sequence[EntryKind], *, generation: int = 0
+    ) -> list[JournalEntry]:
+        """``generation``'s entries of ``kinds`` tied to ``external_event_id``, in ``seq`` order."""
+        ...
+
+    async def event_ids(self, session_id: str, kinds: Sequence[EntryKind], *, generation: int = 0) -> set[str]:
+        """The external event ids ``generation``'s entries of ``kinds`` are tied to."""
         ...
 
 
@@ -108,6 +128,16 @@ class JournalOfGeneration:
     async def clear(self, session_id: str) -> None:
         """Remove this generation and every older one."""
         await self._journal.clear(session_id, before_generation=self._generation_of(session_id) + 1)
+
+    async def entries_for_event(
+        self, session_id: str, external_event_id: str, kinds: Sequence[EntryKind]
+    ) -> list[JournalEntry]:
+        return await self._journal.entries_for_event(
+            session_id, external_event_id, kinds, generation=self._generation_of(session_id)
+        )
+
+    async def event_ids(self, session_id: str, kinds: Sequence[EntryKind]) -> set[str]:
+        return await self._journal.event_ids(session_id, kinds, generation=self._generation_of(session_id))
 
 
 class InMemoryJournal:
@@ -139,6 +169,20 @@ class InMemoryJournal:
         for key in [k for k in self._entries if k[0] == session_id]:
             if before_generation is None or key[1] < before_generation:
                 del self._entries[key]
+
+    async def entries_for_event(
+        self, session_id: str, external_event_id: str, kinds: Sequence[EntryKind], *, generation: int = 0
+    ) -> list[JournalEntry]:
+        """Entries of ``generation`` and ``kinds`` tied to the event, in seq order."""
+        return [
+            e for e in self._entries.get((session_id, generation), [])
+            if e.external_event_id == external_event_id and e.kind in kinds
+        ]
+
+    async def event_ids(self, session_id: str, kinds: Sequence[EntryKind], *, generation: int = 0) -> set[str]:
+        """Event ids of ``generation``'s entries of ``kinds``."""
+        entries = self._entries.get((session_id, generation), [])
+        return {e.external_event_id for e in entries if e.external_event_id and e.kind in kinds}
 
     def truncate_after(self, session_id: str, seq: int, *, generation: int = 0) -> None:
         """Test helper: drop entries with ``seq`` greater than ``seq`` (simulates lost writes)."""

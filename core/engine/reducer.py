@@ -62,7 +62,7 @@ def _respond(state: SessionState, entry: JournalEntry, record: dict[str, Any]) -
     if not event_id:
         return
     responses = state.external_responses.pop(event_id, [])
-    responses.append({"seq": entry.seq, "kind": entry.kind.value, "turn_id": entry.turn_id, **record})
+    responses.append({"seq": entry.seq, "kind": entry.kind.value, "turn_id": entry.turn_id, "at": entry.at, **record})
     state.external_responses[event_id] = responses
     while len(state.external_responses) > MAX_EXTERNAL_EVENTS:
         state.external_responses.pop(next(iter(state.external_responses)))

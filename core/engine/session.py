@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from core.engine import lifecycle
+from core.engine.answers import RESPONSE_KINDS
 from core.engine.journal import EntryKind, HistoryJournal, JournalEntry
 from core.engine.knowledge import KnowledgeStore
 from core.engine.objects import ResolvedObject, transport_kind_for
@@ -83,6 +84,8 @@ class Session(SessionView):
         self._cancelled_ops: set[str] = set()
         # State version of the last snapshot handed to a checkpoint callback (its "new" entries start here).
         self._published_version = state.next_seq
+        # Every external event this session responded to (KS-14), read from the journal when first needed.
+        self._responded_events: set[str] | None = None
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -190,6 +193,8 @@ class Session(SessionView):
             if entry.kind == EntryKind.OBJECT and "data_b64" in entry.payload:
                 self._object_bytes[entry.payload["object_id"]] = base64.b64decode(entry.payload["data_b64"])
             apply(self._state, entry)
+            if self._responded_events is not None and entry.external_event_id and entry.kind in RESPONSE_KINDS:
+                self._responded_events.add(entry.external_event_id)
         await self.publish(checkpoint)
         return entries
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from core.engine.answers import EVENT_KINDS, RESPONSE_KINDS, EventAnswers
+from core.engine.journal import HistoryJournal
 from core.engine.snapshot import Status, build_snapshot, status_of
-from core.engine.state import SessionState, TurnOutput
+from core.engine.state import MAX_EXTERNAL_EVENTS, SessionState, TurnOutput
 from core.providers.base import Usage
 
 
@@ -15,6 +17,8 @@ class SessionView:
     _state: SessionState
     system_prompt: str
     _running_op: str | None
+    journal: HistoryJournal
+    _responded_events: set[str] | None
 
     def answer_for_external_event(self, external_event_id: str) -> dict[str, Any] | None:
         """The newest terminal response for exactly that event, or None (KS-14)."""
@@ -24,6 +28,33 @@ class SessionView:
     def responses_for_external_event(self, external_event_id: str) -> list[dict[str, Any]]:
         """All agent/system responses for that event, in transcript order (KS-14)."""
         return [dict(r) for r in self._state.external_responses.get(external_event_id, [])]
+
+    async def lookup_external_event(self, external_event_id: str) -> EventAnswers:
+        """KS-14 beyond the state's recent events: the responses and inbound ids of that event.
+
+        From the state when it can know — the event is among its recent ones with its user
+        message still in the transcript, or it never dropped an event — else from the journal.
+        """
+        recent = self._state.external_responses.get(external_event_id)
+        if recent is None and len(self._state.external_responses) < MAX_EXTERNAL_EVENTS:
+            return EventAnswers()
+        if recent is None:
+            if self._responded_events is None:
+                responded = await self.journal.event_ids(self._state.session_id, RESPONSE_KINDS)
+                if self._responded_events is None:  # another lookup may have read it meanwhile
+                    self._responded_events = responded | set(self._state.external_responses)
+            if external_event_id not in self._responded_events:
+                return EventAnswers()
+        if recent is not None:
+            users = [
+                (str(item.get("turn_id")), str(item["payload"]["inbound_id"])) for item in self._state.transcript
+                if item.get("kind") == "user_message" and item.get("external_event_id") == external_event_id
+                and (item.get("payload") or {}).get("inbound_id")
+            ]
+            if users:
+                return EventAnswers([dict(r) for r in recent], dict(reversed(users)))
+        entries = await self.journal.entries_for_event(self._state.session_id, external_event_id, EVENT_KINDS)
+        return EventAnswers.from_entries(entries)
 
     def requires_history_ingress(self) -> bool:
         """True only for an ordinary conversation whose source has terminated (KS-16)."""

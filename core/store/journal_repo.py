@@ -14,6 +14,8 @@ after a deletion's clear is never read by generation g+1 (SM-21/SM-22), and
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import orjson
 from sqlalchemy import and_, delete, exists, func, insert, or_, select, tuple_
 from sqlalchemy.exc import DBAPIError, IntegrityError
@@ -79,6 +81,53 @@ class SqlHistoryJournal:
             )
             for row in rows
         ]
+
+    async def entries_for_event(
+        self, session_id: str, external_event_id: str, kinds: Sequence[EntryKind], *, generation: int = 0
+    ) -> list[JournalEntry]:
+        """``generation``'s entries of ``kinds`` tied to the event in seq order (index ``ix_journal_entries_event``)."""
+        query = (
+            select(journal_entries)
+            .where(
+                journal_entries.c.session_id == session_id,
+                journal_entries.c.generation == generation,
+                journal_entries.c.external_event_id == external_event_id,
+                journal_entries.c.kind.in_([k.value for k in kinds]),
+            )
+            .order_by(journal_entries.c.seq)
+        )
+        try:
+            async with self._engine.connect() as conn:
+                rows = (await conn.execute(query)).all()
+        except DBAPIError as exc:
+            raise Unavailable(f"journal read failed: {exc.orig!r}") from exc
+        return [
+            JournalEntry(
+                seq=row.seq, kind=EntryKind(row.kind), turn_id=row.turn_id,
+                external_event_id=row.external_event_id, at=row.at, payload=orjson.loads(row.payload),
+            )
+            for row in rows
+        ]
+
+    async def event_ids(self, session_id: str, kinds: Sequence[EntryKind], *, generation: int = 0) -> set[str]:
+        """Distinct event ids of ``generation``'s entries of ``kinds`` (read once per loaded session)."""
+        query = (
+            select(journal_entries.c.external_event_id)
+            .where(
+                journal_entries.c.session_id == session_id,
+                journal_entries.c.generation == generation,
+                journal_entries.c.external_event_id.is_not(None),
+                journal_entries.c.kind.in_([k.value for k in kinds]),
+            )
+            .distinct()
+        )
+        try:
+            async with self._engine.connect() as conn:
+                rows = (await conn.execute(query)).all()
+        except DBAPIError as exc:
+            raise Unavailable(f"journal read failed: {exc.orig!r}") from exc
+        return {str(row[0]) for row in rows}
+
 
     async def clear(self, session_id: str, *, before_generation: int | None = None) -> None:
         """Delete the session's history: of generations older than ``before_generation``, or all."""

@@ -20,6 +20,8 @@ journal_entries = Table(
     Column("at", String(64), nullable=False),
     Column("payload", Text, nullable=False),
 )
+# KS-14: answers per external event are looked up in the journal (SqlHistoryJournal.entries_for_event).
+Index("ix_journal_entries_event", journal_entries.c.session_id, journal_entries.c.external_event_id)
 
 knowledge_nodes = Table(
     "knowledge_nodes",

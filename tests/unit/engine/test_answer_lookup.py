@@ -1,0 +1,88 @@
+"""KS-14 beyond the state's recent events: answers are looked up in the journal."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.engine import InMemoryJournal
+from core.engine.state import MAX_EXTERNAL_EVENTS
+
+from .conftest import Recorder, SessionFactory
+
+
+@pytest.mark.rule("KS-14")
+async def test_an_event_answered_before_the_recent_ones_is_found_in_the_journal(
+    make_session: SessionFactory, journal: InMemoryJournal
+) -> None:
+    # KS-14
+    session = await make_session()
+    turns: dict[str, str] = {}
+    for i in range(MAX_EXTERNAL_EVENTS + 4):
+        event_id = f"ev-{i}"
+        await session.begin_user_turn(f"message {i}", {"external_event_id": event_id, "inbound_id": f"in-{i}"})
+        await session.run_pending_turn(f"op-{i}", Recorder())
+        turns[event_id] = str(session.turn_id)
+    assert session.answer_for_external_event("ev-0") is None  # the state keeps the recent events only
+    old = await session.lookup_external_event("ev-0")
+    assert old.answer is not None and old.answer["text"] == "echo: message 0"
+    assert old.turn_id == turns["ev-0"] and old.answering_inbound_id == "in-0"
+    assert [r["text"] for r in old.replies] == ["echo: message 0"]
+    recent = await session.lookup_external_event(f"ev-{MAX_EXTERNAL_EVENTS + 3}")
+    assert recent.answer == session.answer_for_external_event(f"ev-{MAX_EXTERNAL_EVENTS + 3}")
+    never = await session.lookup_external_event("ev-never")
+    assert never.answer is None and never.replies == [] and never.turn_id is None
+
+
+@pytest.mark.rule("KS-14")
+async def test_a_young_session_answers_from_its_state_without_reading_the_journal(
+    make_session: SessionFactory, journal: InMemoryJournal
+) -> None:
+    # KS-14: nothing was ever evicted from the state, so it is authoritative (no journal read per message).
+    session = await make_session()
+    text = '/tool reply {"text": "first"}\n/say second'
+    await session.begin_user_turn(text, {"external_event_id": "ev-1", "inbound_id": "in-1"})
+    await session.run_pending_turn("op", Recorder())
+    reads: list[str] = []
+    original = journal.entries_for_event
+
+    async def counting(*args: object, **kwargs: object) -> object:
+        reads.append("read")
+        return await original(*args, **kwargs)  # type: ignore[arg-type]
+
+    setattr(journal, "entries_for_event", counting)
+    assert (await session.lookup_external_event("ev-other")).answer is None
+    answered = await session.lookup_external_event("ev-1")
+    assert [r["text"] for r in answered.replies] == ["first", "second"]
+    assert reads == []
+
+
+@pytest.mark.rule("KS-14")
+async def test_a_long_session_reads_its_responded_events_once_and_keeps_them_current(
+    make_session: SessionFactory, journal: InMemoryJournal
+) -> None:
+    # KS-14: new events cost no journal read per message; events answered after that read are
+    # still found once the state has dropped them.
+    session = await make_session()
+    for i in range(MAX_EXTERNAL_EVENTS + 2):
+        await session.begin_user_turn(f"message {i}", {"external_event_id": f"ev-{i}", "inbound_id": f"in-{i}"})
+        await session.run_pending_turn(f"op-{i}", Recorder())
+    reads: list[str] = []
+    for name in ("event_ids", "entries_for_event"):
+        original = getattr(journal, name)
+
+        async def counting(*args: object, _name: str = name, _original: object = original, **kwargs: object) -> object:
+            reads.append(_name)
+            return await _original(*args, **kwargs)  # type: ignore[operator]
+
+        setattr(journal, name, counting)
+    assert (await session.lookup_external_event("ev-new-1")).answer is None
+    assert (await session.lookup_external_event("ev-new-2")).answer is None
+    assert reads == ["event_ids"]
+    later = MAX_EXTERNAL_EVENTS + 2
+    for i in range(later, later + MAX_EXTERNAL_EVENTS + 1):  # ev-<later> leaves the state again
+        await session.begin_user_turn(f"message {i}", {"external_event_id": f"ev-{i}", "inbound_id": f"in-{i}"})
+        await session.run_pending_turn(f"op-{i}", Recorder())
+    assert session.answer_for_external_event(f"ev-{later}") is None
+    found = await session.lookup_external_event(f"ev-{later}")
+    assert found.answer is not None and found.answer["text"] == f"echo: message {later}"
+    assert reads == ["event_ids", "entries_for_event"]
