@@ -83,7 +83,7 @@ async def service_process(settings: Settings, tmp_path: Path) -> AsyncIterator[S
         await proc.stop()
 
 
-@pytest.mark.rule("MQ-8", "MQ-3", "KS-10")
+@pytest.mark.rule("MQ-8", "MQ-3")
 @pytest.mark.timeout(120)
 async def test_a_service_killed_mid_turn_finishes_the_turn_with_exactly_one_reply(
     service_process: ServiceProcess, nc: Client, subjects: Subjects

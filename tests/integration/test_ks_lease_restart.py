@@ -36,7 +36,6 @@ def tool_results(checkpoints: Collector) -> list[dict[str, Any]]:
     return [r for results in results_by_call(transcript).values() for r in results]
 
 
-@pytest.mark.rule("KS-19")
 @pytest.mark.timeout(120)
 async def test_a_write_lease_survives_a_crash_of_the_service(
     settings: Settings, tmp_path: Path, nc: Client, subjects: Subjects

@@ -147,7 +147,7 @@ async def test_knowledge_ops_refuse_clearly(service: TurnstileService, nc: Clien
     assert ingress_of_nothing["error"]["code"] == "not_found"
 
 
-@pytest.mark.rule("SM-13", "SM-15", "SM-16")
+@pytest.mark.rule("SM-15", "SM-16")
 async def test_a_mode_turn_files_its_session_so_it_is_kept_listed_and_deletable(
     service: TurnstileService, nc: Client, subjects: Subjects
 ) -> None:

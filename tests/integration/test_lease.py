@@ -12,7 +12,6 @@ from consumers.lease import LEASE_KEY, OwnershipLease
 from tests.integration.harness import wait_for
 
 
-@pytest.mark.rule("MQ-2")
 async def test_one_holder_at_a_time_and_a_standby_takes_over_after_release(nc: Client) -> None:
     bucket = f"L{uuid.uuid4().hex[:8]}"
     js = nc.jetstream()
@@ -31,7 +30,6 @@ async def test_one_holder_at_a_time_and_a_standby_takes_over_after_release(nc: C
     await second.release()
 
 
-@pytest.mark.rule("MQ-2")
 async def test_a_holder_whose_lease_was_taken_over_stops_at_once(nc: Client) -> None:
     bucket = f"L{uuid.uuid4().hex[:8]}"
     js = nc.jetstream()

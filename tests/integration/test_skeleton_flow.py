@@ -43,6 +43,9 @@ async def test_a_published_message_is_answered_with_checkpoints_and_events(
     types = [e["type"] for e in events.json()]
     assert "session.created" in types
     assert types.index("turn.started") < types.index("turn.ended")
+    # SM-17 / MQ-1: record_inbound (which files the session and stores session.created) is
+    # awaited before the message is handed to its actor, so the filing precedes the turn.
+    assert types.index("session.created") < types.index("turn.started")
     # SM-17 / SM-3 / SM-1: filed as a room with its origin before the turn.
     got = await api(nc, subjects, "session", "get", {"session_id": sid})
     assert got["ok"], got
@@ -69,7 +72,6 @@ async def test_per_session_order_holds_for_50_messages_over_10_sessions(
         assert by_session[sid] == [f"echo: n{k}" for k in range(5)]
 
 
-@pytest.mark.rule("MQ-8")
 async def test_duplicates_and_replays_are_staged_once_and_answered_once(
     service: TurnstileService, nc: Client, subjects: Subjects
 ) -> None:

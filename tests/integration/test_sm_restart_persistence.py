@@ -39,7 +39,7 @@ async def running(settings: Settings) -> AsyncIterator[TurnstileService]:
         await svc.stop()
 
 
-@pytest.mark.rule("SM-7", "SM-22", "SM-28", "SM-30", "MQ-5")
+@pytest.mark.rule("SM-7", "SM-22", "SM-28", "MQ-5")
 async def test_records_places_workspaces_and_generations_survive_a_restart(
     settings: Settings, nc: Client, subjects: Subjects, db_url: str, tmp_path: Path
 ) -> None:
@@ -118,7 +118,7 @@ async def test_records_places_workspaces_and_generations_survive_a_restart(
 
 
 @pytest.mark.postgres
-@pytest.mark.rule("SM-21", "SM-34")
+@pytest.mark.rule("SM-34")
 async def test_the_service_runs_on_postgresql(
     settings: Settings, nc: Client, subjects: Subjects, postgres_url: str
 ) -> None:

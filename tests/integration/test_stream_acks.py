@@ -12,7 +12,6 @@ from nats.js.errors import APIError, NoStreamResponseError
 from consumers.publisher import WRONG_LAST_SEQUENCE, StreamAcks
 
 
-@pytest.mark.rule("MQ-3")
 async def test_acks_carry_the_sequence_a_stale_fence_is_refused_and_no_stream_is_an_error(nc: Client) -> None:
     # MQ-3: checkpoints are acknowledged with their stream sequence; a write fenced on an old
     # sequence is refused by the broker (err 10071); a subject without a stream fails, not hangs.

@@ -16,7 +16,6 @@ async def _count(engine: AsyncEngine) -> int:
         return int((await conn.execute(text("SELECT count(*) FROM committer_probe"))).scalar_one())
 
 
-@pytest.mark.rule("MQ-8")
 async def test_grouped_writes_land_each_failure_stays_its_own_and_a_cancelled_caller_still_writes(
     engine: AsyncEngine,
 ) -> None:

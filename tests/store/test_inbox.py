@@ -32,7 +32,6 @@ def message(mid: str, sid: str = "s1") -> StagedMessage:
     return StagedMessage(platform="cli", message_id=mid, session_id=sid, generation=0, payload=b"{}")
 
 
-@pytest.mark.rule("MQ-8")
 async def test_a_message_is_staged_once_and_pending_keeps_arrival_order(inbox: SqlInbox) -> None:
     # MQ-8: redelivery and replays are safe because staging is idempotent on (platform, id).
     assert await inbox.stage([message("a"), message("b"), message("a")]) == [True, True, False]

@@ -37,7 +37,6 @@ class FakeBroker:
         return await acked
 
 
-@pytest.mark.rule("MQ-3")
 async def test_each_checkpoint_is_sent_at_once_and_fenced_on_the_previous_ones_ack() -> None:
     # MQ-3: checkpoints go out when their step is journaled; the next one waits for the
     # previous ack only to learn its fence, so a turn's steps overlap the broker round trips.
@@ -60,7 +59,6 @@ async def test_each_checkpoint_is_sent_at_once_and_fenced_on_the_previous_ones_a
     assert chain.seq == 20
 
 
-@pytest.mark.rule("MQ-3")
 async def test_a_refused_checkpoint_fails_the_next_step_and_a_barrier_waits_for_its_ack() -> None:
     # MQ-3: a stale owner's checkpoint is refused by the fence; the refusal surfaces before
     # anything else is published, and before a tool runs (barrier) the checkpoint is stored.
@@ -83,7 +81,6 @@ async def test_a_refused_checkpoint_fails_the_next_step_and_a_barrier_waits_for_
     assert chain.seq == 60
 
 
-@pytest.mark.rule("MQ-3")
 async def test_reset_drops_an_unacknowledged_checkpoint() -> None:
     # MQ-3: after a reload the chain continues from the stored sequence, not from a lost send.
     broker = FakeBroker()
@@ -96,7 +93,6 @@ async def test_reset_drops_an_unacknowledged_checkpoint() -> None:
     assert broker.sent[-1] == (b"after reload", 30)
 
 
-@pytest.mark.rule("MQ-3")
 async def test_a_cancelled_wait_keeps_the_ack_for_the_next_settle() -> None:
     # MQ-3: cancelling the task that waits (shutdown) does not lose the sequence of what was sent.
     broker = FakeBroker()

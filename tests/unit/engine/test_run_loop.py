@@ -124,7 +124,6 @@ async def test_cancel_reaches_the_provider_call(make_session: SessionFactory) ->
     assert session.pending_turn and not session.running
 
 
-@pytest.mark.rule("KS-10")
 async def test_usage_of_the_run_is_reported(make_session: SessionFactory) -> None:
     # KS-10
     session = await make_session()
@@ -134,7 +133,6 @@ async def test_usage_of_the_run_is_reported(make_session: SessionFactory) -> Non
     assert session.usage_total == session.last_usage
 
 
-@pytest.mark.rule("KS-10")
 async def test_provider_failure_keeps_turn_pending(make_session: SessionFactory) -> None:
     # KS-10
     session = await make_session()
@@ -216,7 +214,6 @@ async def test_open_reopens_the_journal_and_uses_runtime_mechanically(make_sessi
     assert reopened.snapshot() == session.snapshot()
 
 
-@pytest.mark.rule("KS-2")
 async def test_open_requires_a_complete_system_prompt(make_session: SessionFactory) -> None:
     # KS-2
     from core.errors import InvalidInput

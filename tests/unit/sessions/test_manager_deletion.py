@@ -108,7 +108,6 @@ async def test_generations_are_never_given_twice_and_survive_a_restart(
     assert restarted.generation_of(sid) not in given | {stale, manager.generation_of(sid)}
 
 
-@pytest.mark.rule("SM-21")
 async def test_creating_under_a_session_being_deleted_is_refused(manager: SessionManager) -> None:
     # SM-21
     root = await manager.create_session()

@@ -185,7 +185,6 @@ async def test_a_deletion_is_never_overtaken_by_an_older_bookkeeping_write(
     assert await manager.turn_ended(record.id, "replied", None, 1.0) is None
 
 
-@pytest.mark.rule("SM-15")
 async def test_a_failed_bookkeeping_write_is_a_warning_and_the_next_write_carries_it(
     manager: SessionManager, repo: InMemorySessionRepository, caplog: pytest.LogCaptureFixture
 ) -> None:

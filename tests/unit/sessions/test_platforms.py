@@ -12,7 +12,6 @@ TG = AdapterInstance("tg-1", "telegram", "bot", claims=("tg:*", "exact-id"), cha
 TG_2 = AdapterInstance("tg-2", "telegram", "bot", claims=("tg:group:*",))
 
 
-@pytest.mark.rule("SM-12")
 def test_claims_are_exact_ids_or_prefix_patterns_in_registration_order() -> None:
     # SM-12: the first claimant is the one recorded
     registry = PlatformRegistry([TG, TG_2])
@@ -22,7 +21,6 @@ def test_claims_are_exact_ids_or_prefix_patterns_in_registration_order() -> None
     assert registry.claimants_of("x", platform="telegram") == []  # telegram is configured: no default
 
 
-@pytest.mark.rule("SM-12")
 def test_an_unconfigured_platform_is_its_own_claimant() -> None:
     # SM-12
     registry = PlatformRegistry([TG])
@@ -43,7 +41,6 @@ def test_instances_can_be_registered_replaced_and_removed_at_run_time() -> None:
         AdapterInstance("", "telegram")
 
 
-@pytest.mark.rule("SM-26")
 def test_declarations_win_over_message_flags_and_explicit_message_declarations_are_remembered() -> None:
     # SM-26: only an explicit declaration makes a window one-to-one
     registry = PlatformRegistry([TG])
