@@ -35,6 +35,11 @@ class Settings(BaseSettings):
     max_inbound_bytes: int = Field(262_144, gt=0, description="larger inbound payloads are dead-lettered")
     fetch_batch: int = Field(256, gt=0, le=10_000, description="inbound messages fetched (and staged in one transaction) per batch")
     fetch_timeout_s: float = Field(1.0, gt=0, description="how long one fetch waits for messages")
+    max_inbound_in_flight: int = Field(
+        1024, gt=0,
+        description="inbound messages fetched and not yet staged, acked and handed off (the fetch loop waits "
+        "for room; bounds memory while recordings wait behind a deletion)",
+    )
     ack_wait_s: float = Field(30.0, gt=0, description="inbound consumer ack wait")
     max_deliver: int = Field(20, gt=0, description="inbound consumer max deliveries")
     consumer_name: str = Field("turnstile-inbound", description="durable inbound consumer name")
