@@ -78,14 +78,20 @@ class InboundLoop:
         self.pipeline.start()
         self._task = asyncio.create_task(self._run(), name="inbound-loop")
 
-    async def stop(self) -> None:
+    async def stop(self, drain_timeout_s: float | None = None) -> None:
+        """Stop fetching; finish what is in flight within ``drain_timeout_s`` (default: fetch timeout + 5 s).
+
+        What is not staged by then stays unacked and is redelivered.
+        """
         self._stopping.set()
         if self._task is not None:
             try:
                 await asyncio.wait_for(self._task, self._settings.fetch_timeout_s + 5)
             except TimeoutError:
                 self._task.cancel()
-        await self.pipeline.close(drain_timeout_s=self._settings.fetch_timeout_s + 5)
+        if drain_timeout_s is None:
+            drain_timeout_s = self._settings.fetch_timeout_s + 5
+        await self.pipeline.close(drain_timeout_s)
 
     async def _bind(self) -> JetStreamContext.PullSubscription:
         return await self._js.pull_subscribe_bind(

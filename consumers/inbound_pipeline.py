@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 
 STAGE_RETRY_FIRST_S = 0.05
 STAGE_RETRY_MAX_S = 2.0
+# One failure healed by the next attempt (a dropped connection the pool replaces) is not an outage.
+DEGRADED_AFTER_FAILURES = 2
 
 
 class InboundRecorder(Protocol):
@@ -225,8 +227,11 @@ class InboundPipeline:
                 try:
                     fresh = await self._inbox.stage(staged)
                 except Exception as exc:
-                    await self.health.failing(exc, waiting=len(self._unacked))
-                    self._changed.set()
+                    if attempt.retry_state.attempt_number >= DEGRADED_AFTER_FAILURES:
+                        await self.health.failing(exc, waiting=len(self._unacked))
+                        self._changed.set()
+                    else:
+                        log.info("staging %d inbound messages failed (%r); retrying in place", len(staged), exc)
                     raise
         if self.health.degraded:
             await self.health.working()

@@ -33,7 +33,7 @@ class Settings(BaseSettings):
 
     # inbound
     max_inbound_bytes: int = Field(262_144, gt=0, description="larger inbound payloads are dead-lettered")
-    fetch_batch: int = Field(256, gt=0, le=10_000, description="inbound messages fetched (and staged in one transaction) per batch")
+    fetch_batch: int = Field(256, gt=0, le=10_000, description="inbound messages fetched per pull request (at most the room left under TURNSTILE_MAX_INBOUND_IN_FLIGHT)")
     fetch_timeout_s: float = Field(1.0, gt=0, description="how long one fetch waits for messages")
     max_inbound_in_flight: int = Field(
         1024, gt=0,

@@ -93,6 +93,8 @@ EventType = Literal[
     "turn.ended",
     "message.dropped",
     "usage",
+    "service.degraded",
+    "service.recovered",
 ]
 
 

@@ -52,15 +52,18 @@ class HeldClears:
 class WatchedRecording:
     """Notes which inbound ids entered and left ``record_inbound``."""
 
-    def __init__(self, service: TurnstileService) -> None:
+    def __init__(self, service: TurnstileService, gates: dict[str, asyncio.Event] | None = None) -> None:
         self.entered: set[str] = set()
         self.returned: set[str] = set()
+        self._gates = gates or {}
         manager = service.manager
         self._original = manager.record_inbound
         manager.record_inbound = self._record
 
     async def _record(self, message: IncomingMessage) -> None:
         self.entered.add(message.id)
+        if message.id in self._gates:  # a controlled slow recording
+            await self._gates[message.id].wait()
         await self._original(message)
         self.returned.add(message.id)
 
@@ -173,6 +176,29 @@ async def test_unrelated_sessions_are_answered_while_a_large_subtree_is_being_de
         if m.subject.startswith(outbound) and r["session_id"] in others:
             by_session.setdefault(r["session_id"], []).append(r["text"])
     assert by_session == {sid: [f"echo: n{k}" for k in range(3)] for sid in others}
+
+
+@pytest.mark.rule("MQ-2")
+async def test_a_later_message_never_overtakes_its_sessions_earlier_one_whose_recording_is_slow(
+    service: TurnstileService, nc: Client, subjects: Subjects
+) -> None:
+    sid, other = uid("lane"), uid("lane-other")
+    replies = await Collector().attach(nc, f"{subjects.prefix}.outbound.>")
+    slow = inbound(sid, "first, slow to record")
+    relayed = inbound(sid, "second, recorded at once", source="relay")  # non-native: nothing to file
+    unrelated = inbound(other, "unrelated")
+    gate = asyncio.Event()
+    recording = WatchedRecording(service, {slow["id"]: gate})
+    for body in (slow, relayed, unrelated):
+        await publish_inbound(nc, subjects, body)
+    await wait_for(lambda: unrelated["id"] in {r["reply_to"] for r in replies.json()}, what="the unrelated reply")
+    await wait_for(lambda: relayed["id"] in recording.returned, what="the second message recorded")
+    # Recorded but held behind its session's first message, which is still being recorded.
+    assert [r for r in replies.json() if r["session_id"] == sid] == []
+    assert service.inbox is not None and await service.inbox.status_of("cli", relayed["id"]) is None
+    gate.set()
+    await wait_for(lambda: len(replies.messages) >= 3, what="both replies of the session")
+    assert [r["reply_to"] for r in replies.json() if r["session_id"] == sid] == [slow["id"], relayed["id"]]
 
 
 @pytest.fixture
