@@ -252,7 +252,8 @@ class InboundPipeline:
         while True:
             await asyncio.sleep(self._heartbeat_s)
             now = time.monotonic()
-            due = [e for e in self._unacked if now - e.touched_at >= self._heartbeat_s]
+            # Half a period of slack: a beat is never skipped for arriving a hair early.
+            due = [e for e in self._unacked if now - e.touched_at >= self._heartbeat_s / 2]
             for entry in due:
                 entry.touched_at = now
             await asyncio.gather(*(_quietly(e.msg.in_progress()) for e in due))

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 
 from consumers.service import TurnstileService
 from consumers.settings import Settings
@@ -55,6 +56,7 @@ class WatchedRecording:
     def __init__(self, service: TurnstileService, gates: dict[str, asyncio.Event] | None = None) -> None:
         self.entered: set[str] = set()
         self.returned: set[str] = set()
+        self.calls: list[str] = []  # every call, in order (a redelivery calls again)
         self._gates = gates or {}
         manager = service.manager
         self._original = manager.record_inbound
@@ -62,6 +64,7 @@ class WatchedRecording:
 
     async def _record(self, message: IncomingMessage) -> None:
         self.entered.add(message.id)
+        self.calls.append(message.id)
         if message.id in self._gates:  # a controlled slow recording
             await self._gates[message.id].wait()
         await self._original(message)
@@ -199,6 +202,47 @@ async def test_a_later_message_never_overtakes_its_sessions_earlier_one_whose_re
     gate.set()
     await wait_for(lambda: len(replies.messages) >= 3, what="both replies of the session")
     assert [r["reply_to"] for r in replies.json() if r["session_id"] == sid] == [slow["id"], relayed["id"]]
+
+
+@pytest.fixture
+async def short_ack_wait_service(settings: Settings) -> AsyncIterator[TurnstileService]:
+    svc = TurnstileService(settings.model_copy(update={"ack_wait_s": 1.0}))
+    await svc.start()
+    try:
+        yield svc
+    finally:
+        await svc.stop()
+
+
+@pytest.mark.rule("MQ-8")
+async def test_a_message_held_past_the_ack_wait_gets_heartbeats_and_is_not_redelivered(
+    short_ack_wait_service: TurnstileService, nc: Client, subjects: Subjects, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service = short_ack_wait_service
+    beats: list[str] = []
+    in_progress = Msg.in_progress
+
+    async def counted(msg: Msg) -> None:
+        beats.append(msg.subject)
+        await in_progress(msg)
+
+    monkeypatch.setattr(Msg, "in_progress", counted)
+    sid = uid("held")
+    replies = await Collector().attach(nc, subjects.outbound("cli", sid))
+    body = inbound(sid, "held past the ack wait")
+    gate = asyncio.Event()
+    recording = WatchedRecording(service, {body["id"]: gate})  # held as if behind a long deletion
+    await publish_inbound(nc, subjects, body)
+    # Four heartbeats a third of the ack wait apart: longer than the 1 s ack wait has passed.
+    await wait_for(lambda: len(beats) >= 4 or len(recording.calls) > 1, what="heartbeats or a redelivery")
+    assert recording.calls == [body["id"]]  # not redelivered meanwhile
+    gate.set()
+    await wait_for(lambda: replies.messages, what="the reply")
+    assert service.actors is not None
+    await service.actors.join(timeout_s=10)
+    info = await nc.jetstream().consumer_info(subjects.inbound_stream, service.settings.consumer_name)
+    assert info.num_redelivered == 0 and info.num_ack_pending == 0
+    assert recording.calls == [body["id"]] and len(replies.messages) == 1
 
 
 @pytest.fixture
