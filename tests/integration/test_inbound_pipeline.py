@@ -174,6 +174,8 @@ async def test_unrelated_sessions_are_answered_while_a_large_subtree_is_being_de
     parent_deleted = kinds.index(("event", "session.deleted"))
     assert all(kinds.index(("reply", b["id"])) < parent_deleted for b in bodies)
     assert kinds.index(("reply", waiting["id"])) > parent_deleted  # the new generation, after the deletion
+    waiting_reply = next(r for r in timeline.json() if r.get("reply_to") == waiting["id"])
+    assert waiting_reply["generation"] == manager.generation_of(parent) != 0
     by_session: dict[str, list[str]] = {}
     for m, r in zip(timeline.messages, timeline.json()):
         if m.subject.startswith(outbound) and r["session_id"] in others:
