@@ -1,9 +1,11 @@
 """The inbound hot path: a raw nats-py fetch loop over the durable pull consumer.
 
 Per fetched batch: validate each message (bad ones go whole to the dead-letter
-stream and are terminated), await ``record_inbound`` for the good ones, stage
-them in one transaction with their generation, ack, then hand the new ones to
-their session actors in arrival order. A raw fetch loop is used instead of a
+stream and are terminated) and admit the good ones to the pipeline
+(``consumers/inbound_pipeline.py``), which records, stages, acks and hands off
+each message as soon as its own recording is done, in stream order per session.
+The loop fetches while the pipeline has room (``TURNSTILE_MAX_INBOUND_IN_FLIGHT``)
+and the store takes writes (not ``degraded``). A raw fetch loop is used instead of a
 FastStream subscriber because FastStream's ``PullSub()`` pulls one message per
 request (~0.3x throughput measured) and ``PullSub(batch=True)`` stalled under
 paced load (see DESIGN.md, "Known pitfalls").
@@ -14,39 +16,31 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from typing import Protocol
+from collections.abc import Awaitable
 
 from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 
 from consumers.codec import decode_inbound
+from consumers.health import ServiceHealth
+from consumers.inbound_pipeline import Handoff, InboundPipeline, InboundRecorder
 from consumers.publisher import Publisher
 from consumers.settings import Settings
-from core.store.inbox import SqlInbox, StagedMessage
+from core.store.inbox import SqlInbox
 from schemas.subjects import Subjects
-from schemas.wire import ErrorBody, InboundMessage
+from schemas.wire import ErrorBody
 
 log = logging.getLogger(__name__)
 
 STAGE_RETRY_DELAY_S = 1.0
 SILENT_CHECK_EVERY_S = 15.0
 
-
-class InboundRecorder(Protocol):
-    """What the loop needs from the session manager."""
-
-    async def record_inbound(self, message: InboundMessage) -> None: ...
-
-    def generation_of(self, session_id: str) -> int: ...
-
-
-Handoff = Callable[[StagedMessage, InboundMessage], Awaitable[None]]
+__all__ = ["Handoff", "InboundLoop", "InboundRecorder"]
 
 
 class InboundLoop:
-    """Fetch → validate → record → stage → ack → hand off, until stopped."""
+    """Fetch → validate → admit to the pipeline (record → stage → ack → hand off), until stopped."""
 
     def __init__(
         self,
@@ -62,23 +56,42 @@ class InboundLoop:
         self._settings = settings
         self._subjects = subjects
         self._publisher = publisher
-        self._recorder = recorder
-        self._inbox = inbox
-        self._handoff = handoff
+        self.health = ServiceHealth(publisher)
+        self.pipeline = InboundPipeline(
+            recorder,
+            inbox,
+            handoff,
+            self.health,
+            max_in_flight=settings.max_inbound_in_flight,
+            heartbeat_s=settings.ack_wait_s / 3,
+        )
         self._stopping = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.batches = 0
 
+    @property
+    def degraded(self) -> bool:
+        """True while the store refuses writes: nothing new is fetched, staging is retried in place."""
+        return self.health.degraded
+
     def start(self) -> None:
+        self.pipeline.start()
         self._task = asyncio.create_task(self._run(), name="inbound-loop")
 
-    async def stop(self) -> None:
+    async def stop(self, drain_timeout_s: float | None = None) -> None:
+        """Stop fetching; finish what is in flight within ``drain_timeout_s`` (default: fetch timeout + 5 s).
+
+        What is not staged by then stays unacked and is redelivered.
+        """
         self._stopping.set()
         if self._task is not None:
             try:
                 await asyncio.wait_for(self._task, self._settings.fetch_timeout_s + 5)
             except TimeoutError:
                 self._task.cancel()
+        if drain_timeout_s is None:
+            drain_timeout_s = self._settings.fetch_timeout_s + 5
+        await self.pipeline.close(drain_timeout_s)
 
     async def _bind(self) -> JetStreamContext.PullSubscription:
         return await self._js.pull_subscribe_bind(
@@ -89,8 +102,12 @@ class InboundLoop:
         psub = await self._bind()
         last_check = time.monotonic()
         while not self._stopping.is_set():
+            room = self.pipeline.room()
+            if not room:  # full, or the store refuses writes: take no new work
+                await self.pipeline.wait_for_room(self._settings.fetch_timeout_s)
+                continue
             try:
-                msgs = await psub.fetch(self._settings.fetch_batch, timeout=self._settings.fetch_timeout_s)
+                msgs = await psub.fetch(min(self._settings.fetch_batch, room), timeout=self._settings.fetch_timeout_s)
             except (NatsTimeoutError, TimeoutError):
                 # A pull subscription can go silent after a server restart (nats.py #504):
                 # if the consumer has work but we keep timing out, bind afresh.
@@ -142,8 +159,7 @@ class InboundLoop:
         return psub
 
     async def process_batch(self, msgs: list[Msg]) -> None:
-        """Handle one fetched batch (public so tests can drive it directly)."""
-        good: list[tuple[Msg, InboundMessage]] = []
+        """Validate one fetched batch and admit its good messages (public so tests can drive it)."""
         for m in msgs:
             decoded = decode_inbound(
                 self._settings.prefix, m.subject, m.data, self._settings.max_inbound_bytes,
@@ -152,34 +168,7 @@ class InboundLoop:
             if isinstance(decoded, ErrorBody):
                 await self._reject(m, decoded)
             else:
-                good.append((m, decoded))
-        if not good:
-            return
-        # SM-17 / MQ-1: record_inbound is awaited before any handoff. Concurrent calls
-        # for one session share one recording inside the manager.
-        await asyncio.gather(*(self._recorder.record_inbound(inb) for _, inb in good))
-        staged = [
-            StagedMessage(
-                platform=inb.platform,
-                message_id=inb.id,
-                session_id=inb.session_id,
-                generation=self._recorder.generation_of(inb.session_id) if inb.session_id else 0,
-                payload=m.data,
-            )
-            for m, inb in good
-        ]
-        try:
-            fresh = await self._inbox.stage(staged)
-        except Exception as exc:
-            log.warning("staging %d inbound messages failed (%r); redelivering", len(staged), exc)
-            for m, _ in good:
-                await _quietly(m.nak(delay=STAGE_RETRY_DELAY_S))
-            return
-        # MQ-8: ack only after the batch is durably staged.
-        await asyncio.gather(*(_quietly(m.ack()) for m, _ in good))
-        for (_, inb), item, is_new in zip(good, staged, fresh):
-            if is_new:
-                await self._handoff(item, inb)
+                self.pipeline.admit(m, decoded)
 
     async def _reject(self, m: Msg, error: ErrorBody) -> None:
         try:

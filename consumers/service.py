@@ -118,7 +118,8 @@ class TurnstileService:
         """Another process owns the prefix now: stop fetching and running turns at once."""
         self.lost.set()
         if self.inbound is not None:
-            asyncio.get_running_loop().create_task(self.inbound.stop())
+            # Stage nothing more: what is in flight is redelivered to the new owner.
+            asyncio.get_running_loop().create_task(self.inbound.stop(drain_timeout_s=0))
         if self.actors is not None:
             asyncio.get_running_loop().create_task(self.actors.close(drain_timeout_s=0))
 

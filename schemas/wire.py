@@ -95,6 +95,8 @@ EventType = Literal[
     "turn.ended",
     "message.dropped",
     "usage",
+    "service.degraded",
+    "service.recovered",
 ]
 
 
