@@ -29,6 +29,10 @@ class SoakConfig:
     lease_ttl_s: float = 1.5
     ack_wait_s: float = 5.0
     database: str = "sqlite"  # or "postgres" (needs 127.0.0.1:5432)
+    stall_fraction: float = 0.2  # messages whose model call stalls (``/stall``), so kills land mid-turn
+    stall_max_s: float = 1.0
+    tool_fraction: float = 0.1  # messages whose turn runs a journaled tool call first
+    kill_triggers: str = "timer,after_reply,after_publish"  # what a kill waits for (tests/soak/plan.py)
 
     @property
     def total_messages(self) -> int:
@@ -69,5 +73,6 @@ class SoakConfig:
         return (
             f"seed={self.seed} (TURNSTILE_SOAK_SEED) sessions={self.sessions} messages={self.messages} "
             f"kills={self.kills} deletions={self.deletions} rate={self.rate_per_s}/s "
-            f"window={self.duplicate_window_s}s db={self.database}"
+            f"window={self.duplicate_window_s}s stall={self.stall_fraction}×≤{self.stall_max_s}s "
+            f"tool={self.tool_fraction} triggers={self.kill_triggers} db={self.database}"
         )

@@ -14,6 +14,7 @@ from pathlib import Path
 import nats
 import orjson
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 from nats.js.api import PubAck
 from tenacity import AsyncRetrying, stop_after_attempt, wait_fixed
 
@@ -25,11 +26,12 @@ from tests.integration.service_process import ServiceProcess
 from tests.soak.config import SoakConfig
 from tests.soak.databases import soak_database
 from tests.soak.oracle import OracleReport, StreamFacts, evaluate, unaccounted
-from tests.soak.plan import DeletionPlan, KillPlan, make_plan
+from tests.soak.plan import KILL_TRIGGERS, DeletionPlan, KillPlan, make_plan
 from tests.soak.record import Deletion, Kill, Published, SoakRecord
 from tests.soak.stored import read_stream
 
 READY_TIMEOUT_S = 60.0
+TRIGGER_TIMEOUT_S = 3.0
 
 
 async def read_facts(nc: Client, subjects: Subjects) -> StreamFacts:
@@ -57,11 +59,21 @@ class SoakDriver:
         self.session_ids = [f"soak-{tag}-{i:03d}" for i in range(config.sessions)]
         self._faults = asyncio.Lock()  # a deletion is never cut by a kill: its timeline stays readable
         self._t0 = 0.0
+        self._triggers = {t: asyncio.Event() for t in KILL_TRIGGERS if t != "timer"}
+
+    async def _on_reply(self, _msg: Msg) -> None:
+        self._triggers["after_reply"].set()
 
     async def run(self) -> None:
         plan = make_plan(self.config)
+        replies = await self.nc.subscribe(self.subjects.outbound_all, cb=self._on_reply)  # kill trigger only
         self._t0 = time.monotonic()
-        await asyncio.gather(self._publish(plan.order), self._kill(plan.kills), self._delete(plan.deletions))
+        try:
+            await asyncio.gather(
+                self._publish(plan.order, plan.directives), self._kill(plan.kills), self._delete(plan.deletions)
+            )
+        finally:
+            await replies.unsubscribe()
         ends = [k.ready_at for k in self.record.kills] + [d.done_at for d in self.record.deletions]
         ends += [p.acked_at for p in self.record.published[-1:]]
         self.record.last_fault_at = max(ends, default=time.time())
@@ -70,14 +82,15 @@ class SoakDriver:
         # Pacing of the load and fault schedule, not a wait for a condition.
         await asyncio.sleep(max(0.0, self._t0 + offset_s - time.monotonic()))
 
-    async def _publish(self, order: list[int]) -> None:
+    async def _publish(self, order: list[int], directives: list[str]) -> None:
         js = self.nc.jetstream()
         counts = [0] * len(self.session_ids)
         for slot, s in enumerate(order):
             await self._at(slot / self.config.rate_per_s)
             sid, n = self.session_ids[s], counts[s]
             counts[s] += 1
-            body = inbound(sid, f"soak {sid} #{n}")
+            text = f"soak {sid} #{n}"
+            body = inbound(sid, directives[slot] + text)
             sent_at = time.time()
             ack: PubAck | None = None
             async for attempt in AsyncRetrying(stop=stop_after_attempt(5), wait=wait_fixed(0.2), reraise=True):
@@ -86,18 +99,26 @@ class SoakDriver:
                         self.subjects.inbound("cli", sid), orjson.dumps(body), headers={"Nats-Msg-Id": body["id"]}
                     )
             assert ack is not None
-            self.record.published.append(Published(body["id"], sid, n, body["text"], ack.seq, sent_at, time.time()))
+            self.record.published.append(Published(body["id"], sid, n, text, ack.seq, sent_at, time.time()))
+            self._triggers["after_publish"].set()
 
     async def _kill(self, kills: list[KillPlan]) -> None:
         for k in kills:
             await self._at(k.at_s)
             async with self._faults:
+                if k.trigger in self._triggers:
+                    trigger = self._triggers[k.trigger]
+                    trigger.clear()
+                    try:
+                        await asyncio.wait_for(trigger.wait(), TRIGGER_TIMEOUT_S)
+                    except TimeoutError:
+                        pass  # nothing happened for a while: kill now
                 killed_at = time.time()
                 await self.service.kill()
                 await asyncio.sleep(k.restart_delay_s)  # the downtime under test, drawn from [0, 3 × window]
                 await self.service.start()
                 await self.service.wait_ready(self.nc, timeout_s=READY_TIMEOUT_S)
-                self.record.kills.append(Kill(killed_at, k.restart_delay_s, time.time()))
+                self.record.kills.append(Kill(killed_at, k.restart_delay_s, time.time(), k.trigger))
 
     async def _delete(self, deletions: list[DeletionPlan]) -> None:
         for d in deletions:

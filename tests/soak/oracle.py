@@ -239,7 +239,7 @@ def summary_table(record: SoakRecord, report: OracleReport) -> str:
         ("wrong-generation replies", str(report.wrong_generation)),
         ("answered in a generation newer than at publish", str(report.refiled_after_deletion)),
         ("deletions (skipped)", f"{len(record.deletions)} ({len(record.skipped_deletions)})"),
-        ("kills", str(len(kills))),
+        ("kills (by trigger)", f"{len(kills)} ({', '.join(f'{k}={v}' for k, v in sorted(Counter(k.trigger for k in kills).items()))})"),
         ("max restart delay", f"{max((k.restart_delay_s for k in kills), default=0.0):.2f} s"),
         (
             "accounted for after last fault",

@@ -14,7 +14,7 @@ class Published:
     msg_id: str
     session_id: str
     index: int  # its place in the session's sequence (also in its text)
-    text: str
+    text: str  # the text the scripted provider echoes (directive lines put before it are not echoed)
     inbound_seq: int  # stream sequence from the publish ack
     sent_at: float  # just before the publish
     acked_at: float  # epoch seconds, this host's clock (the server's clock too: same host)
@@ -37,6 +37,7 @@ class Kill:
     killed_at: float
     restart_delay_s: float
     ready_at: float
+    trigger: str
 
 
 @dataclass
