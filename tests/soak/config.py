@@ -27,7 +27,7 @@ class SoakConfig:
     drain_bound_s: float  # clause 4: everything is accounted for this long after the last fault
     duplicate_window_s: float = 1.5  # TURNSTILE_DUPLICATE_WINDOW_S of the service (restart delays reach 3×)
     lease_ttl_s: float = 1.5
-    ack_wait_s: float = 5.0
+    ack_wait_s: float = 10.0  # longer than any restart, so an unstaged message comes back after newer ones
     database: str = "sqlite"  # or "postgres" (needs 127.0.0.1:5432)
     stall_fraction: float = 0.2  # messages whose model call stalls (``/stall``), so kills land mid-turn
     stall_max_s: float = 1.0

@@ -241,6 +241,7 @@ def summary_table(record: SoakRecord, report: OracleReport) -> str:
         ("deletions (skipped)", f"{len(record.deletions)} ({len(record.skipped_deletions)})"),
         ("kills (by trigger)", f"{len(kills)} ({', '.join(f'{k}={v}' for k, v in sorted(Counter(k.trigger for k in kills).items()))})"),
         ("max restart delay", f"{max((k.restart_delay_s for k in kills), default=0.0):.2f} s"),
+        ("max kill to ready", f"{max((k.ready_at - k.killed_at for k in kills), default=0.0):.2f} s"),
         (
             "accounted for after last fault",
             "not within bound" if report.drained_after_s is None else f"{report.drained_after_s:.1f} s",
