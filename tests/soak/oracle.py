@@ -62,6 +62,7 @@ class OracleReport:
     messages: int = 0
     replies: int = 0
     answered: int = 0
+    dropped: int = 0  # messages with at least one drop (event or dead letter)
     dropped_by_reason: Counter[str] = field(default_factory=Counter)
     unanswered: list[str] = field(default_factory=list)
     duplicate_replies: int = 0  # replies beyond the first to one message
@@ -145,6 +146,8 @@ def evaluate(record: SoakRecord, facts: StreamFacts) -> OracleReport:
             if not explained:
                 report.bad_drops.append(p.msg_id)
                 report.note("bad drop", f"{p.msg_id} ({p.session_id} #{p.index}) reason={reason} gen={gen}")
+        if drops:
+            report.dropped += 1
         if replies and drops:
             report.answered_and_dropped += 1
         if not replies and not drops:
@@ -228,7 +231,8 @@ def summary_table(record: SoakRecord, report: OracleReport) -> str:
         ("messages accepted", str(report.messages)),
         ("replies stored", str(report.replies)),
         ("messages answered", str(report.answered)),
-        ("dropped by reason", ", ".join(f"{k}={v}" for k, v in sorted(report.dropped_by_reason.items())) or "none"),
+        ("messages dropped", str(report.dropped)),
+        ("drop events by reason", ", ".join(f"{k}={v}" for k, v in sorted(report.dropped_by_reason.items())) or "none"),
         ("unanswered and undropped", str(len(report.unanswered))),
         ("duplicate replies", f"{report.duplicate_replies} (same reply id stored twice: {report.duplicate_reply_ids})"),
         ("wrong reply text", str(report.wrong_text)),
