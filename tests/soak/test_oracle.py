@@ -92,3 +92,11 @@ def test_nothing_accounted_for_in_time_fails_clause_four() -> None:
     rec = record(msgs)
     rec.drained_after_s = None
     assert evaluate(rec, facts([reply(1, msgs[0])])).failed_clauses() == ["4 accounted for within the bound"]
+
+
+def test_an_old_message_answered_in_the_new_generation_while_the_service_was_up_is_shown() -> None:
+    msgs = [published(0)]
+    deletion = Deletion("s1", requested_at=2.0, done_at=2.1, generation=7)
+    report = evaluate(record(msgs, [deletion]), facts([reply(1, msgs[0], generation=7, stored_at=3.0)]))
+    assert (report.refiled_after_deletion, report.refiled_while_up) == (1, 1)
+    assert report.passed  # SM-22 allows it when the message was recorded after the deletion began
