@@ -90,7 +90,8 @@ class OracleReport:
     def clauses(self) -> dict[str, bool]:
         return {
             "1 answered exactly once or dropped": not (
-                self.unanswered or self.duplicate_replies or self.duplicate_reply_ids or self.wrong_text or self.bad_drops
+                self.unanswered or self.duplicate_replies or self.duplicate_reply_ids
+                or self.wrong_text or self.bad_drops
             ),
             "2 per-session order": self.order_violations == 0,
             "3 nothing answered after deletion, generation in force": not (
@@ -201,7 +202,8 @@ def _check_reply(
             report.post_deletion_answers += 1
             report.note(
                 "post-deletion answer",
-                f"{p.msg_id} ({p.session_id} #{p.index}) gen={gen} stored {r.stored_at - fence:+.3f}s after session.deleted",
+                f"{p.msg_id} ({p.session_id} #{p.index}) gen={gen} "
+                f"stored {r.stored_at - fence:+.3f}s after session.deleted",
             )
     if i > 0 and p.acked_at < deletions[i - 1].requested_at:
         report.refiled_after_deletion += 1
@@ -211,7 +213,8 @@ def _check_reply(
             report.refiled_while_up += 1
             report.note(
                 "new generation for an old message",
-                f"{p.msg_id} ({p.session_id} #{p.index}) published {requested_at - p.acked_at:.1f}s before the deletion",
+                f"{p.msg_id} ({p.session_id} #{p.index}) "
+                f"published {requested_at - p.acked_at:.1f}s before the deletion",
             )
 
 
@@ -247,7 +250,7 @@ def summary_table(record: SoakRecord, report: OracleReport) -> str:
         ("replies stored", str(report.replies)),
         ("messages answered", str(report.answered)),
         ("messages dropped", str(report.dropped)),
-        ("drop events by reason", ", ".join(f"{k}={v}" for k, v in sorted(report.dropped_by_reason.items())) or "none"),
+        ("drop events by reason", _counts(report.dropped_by_reason) or "none"),
         ("unanswered and undropped", str(len(report.unanswered))),
         ("duplicate replies", f"{report.duplicate_replies} (same reply id stored twice: {report.duplicate_reply_ids})"),
         ("wrong reply text", str(report.wrong_text)),
@@ -262,7 +265,7 @@ def summary_table(record: SoakRecord, report: OracleReport) -> str:
             "the deletion with the service up)",
         ),
         ("deletions (skipped)", f"{len(record.deletions)} ({len(record.skipped_deletions)})"),
-        ("kills (by trigger)", f"{len(kills)} ({', '.join(f'{k}={v}' for k, v in sorted(Counter(k.trigger for k in kills).items()))})"),
+        ("kills (by trigger)", f"{len(kills)} ({_counts(Counter(k.trigger for k in kills))})"),
         ("max restart delay", f"{max((k.restart_delay_s for k in kills), default=0.0):.2f} s"),
         ("max kill to ready", f"{max((k.ready_at - k.killed_at for k in kills), default=0.0):.2f} s"),
         (
@@ -277,3 +280,7 @@ def summary_table(record: SoakRecord, report: OracleReport) -> str:
     for what, examples in report.examples.items():
         lines += [f"  e.g. {what}: {e}" for e in examples]
     return "\n".join(["turnstile soak", *lines])
+
+
+def _counts(counter: Counter[str]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(counter.items()))

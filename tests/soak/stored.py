@@ -33,7 +33,10 @@ async def read_stream(js: JetStreamContext, stream: str, filter_subject: str) ->
     if info.state.messages == 0 or not info.state.subjects:
         return []  # nothing matches: skip the fetch that would wait out its timeout
     config = ConsumerConfig(
-        ack_policy=AckPolicy.NONE, deliver_policy=DeliverPolicy.ALL, inactive_threshold=30.0, filter_subject=filter_subject
+        ack_policy=AckPolicy.NONE,
+        deliver_policy=DeliverPolicy.ALL,
+        inactive_threshold=30.0,
+        filter_subject=filter_subject,
     )
     sub = await js.pull_subscribe(filter_subject, stream=stream, config=config)
     out: list[StoredMessage] = []

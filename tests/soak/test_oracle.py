@@ -16,7 +16,9 @@ def published(n: int, sid: str = "s1", at: float = 0.0) -> Published:
     return Published(f"m{n}", sid, n, f"soak {sid} #{n}", inbound_seq=n + 1, sent_at=at + n, acked_at=at + n + 0.01)
 
 
-def reply(seq: int, p: Published, generation: int = 0, stored_at: float = 100.0, turn: str | None = None) -> StoredMessage:
+def reply(
+    seq: int, p: Published, generation: int = 0, stored_at: float = 100.0, turn: str | None = None
+) -> StoredMessage:
     body: dict[str, Any] = {
         "session_id": p.session_id, "generation": generation, "turn_id": turn or f"turn-{p.msg_id}", "seq": 1,
         "reply_to": p.msg_id, "text": f"echo: {p.text}",
@@ -76,7 +78,8 @@ def test_an_old_generation_answer_stored_after_session_deleted_fails_clause_thre
 def test_a_message_published_after_a_deletion_answered_in_the_old_generation_fails_clause_three() -> None:
     msgs = [published(n) for n in range(2)]
     deletion = Deletion("s1", requested_at=0.5, done_at=0.6, generation=7)
-    report = evaluate(record(msgs, [deletion]), facts([reply(1, msgs[0], generation=7), reply(2, msgs[1], generation=0)]))
+    replies = [reply(1, msgs[0], generation=7), reply(2, msgs[1], generation=0)]
+    report = evaluate(record(msgs, [deletion]), facts(replies))
     assert report.wrong_generation == 1
 
 

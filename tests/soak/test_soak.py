@@ -30,4 +30,5 @@ async def test_every_message_is_answered_once_in_order_or_dropped_under_kills_an
     table = summary_table(record, report)
     print(table)
     if not report.passed:
-        pytest.fail(f"soak failed clauses {report.failed_clauses()}; rerun with TURNSTILE_SOAK_SEED={config.seed}\n{table}")
+        rerun = f"rerun with TURNSTILE_SOAK_SEED={config.seed}"
+        pytest.fail(f"soak failed clauses {report.failed_clauses()}; {rerun}\n{table}")
