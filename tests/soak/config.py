@@ -60,14 +60,12 @@ class SoakConfig:
             rate_per_s=base["rate_per_s"],
             drain_bound_s=base["drain_bound_s"],
         )
-        overrides: dict[str, object] = {}
         for f in fields(cls):
             raw = os.environ.get(f"TURNSTILE_SOAK_{f.name.upper()}")
-            if raw is None or f.name == "seed":
-                continue
-            current = getattr(config, f.name)
-            overrides[f.name] = type(current)(raw)
-        return replace(config, **overrides)
+            if raw is not None and f.name != "seed":
+                # Each field keeps its type: int, float or str from the environment's text.
+                config = replace(config, **{f.name: type(getattr(config, f.name))(raw)})
+        return config
 
     def describe(self) -> str:
         return (

@@ -179,7 +179,8 @@ async def run_soak(config: SoakConfig, workdir: Path) -> tuple[SoakRecord, Oracl
     async with NatsServer(store_dir=workdir / "nats") as server, soak_database(config.database, workdir) as db_url:
         nc = await nats.connect(server.url)
         try:
-            settings = Settings(nats_url=server.url, database_url=db_url, prefix="soak" + uuid.uuid4().hex[:8])
+            prefix = "soak" + uuid.uuid4().hex[:8]
+            settings = Settings.model_validate({"nats_url": server.url, "database_url": db_url, "prefix": prefix})
             extra_env = {
                 "TURNSTILE_DUPLICATE_WINDOW_S": str(config.duplicate_window_s),
                 "TURNSTILE_LEASE_TTL_S": str(config.lease_ttl_s),

@@ -126,8 +126,8 @@ def evaluate(record: SoakRecord, facts: StreamFacts) -> OracleReport:
     )
     report.duplicate_reply_ids = sum(n - 1 for n in reply_ids.values() if n > 1)
     drops_of: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for d in facts.dropped:
-        data = d.body.get("data", {})
+    for ev in facts.dropped:
+        data = ev.body.get("data", {})
         drops_of[str(data.get("inbound_id"))].append(data)
     for dl in facts.dead_letters:
         ident = dead_letter_inbound_id(dl.body)
