@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install run test test-unit test-integration bench bench-quick schemas clean
+.PHONY: install run test test-unit test-integration test-soak bench bench-quick schemas clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,10 @@ test-unit: $(STAMP)
 
 test-integration: $(STAMP)
 	$(BIN)/python -m pytest tests/integration $(PYTEST_ARGS)
+
+# The issue-sized crash soak (50 sessions × 20 messages, 10 SIGKILLs); TURNSTILE_SOAK_* set seed and sizes.
+test-soak: $(STAMP)
+	$(BIN)/python -m tests.soak --profile long $(SOAK_ARGS)
 
 $(VENV)/.bench-installed: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
