@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from consumers.actors import ActorRegistry
 from consumers.api import build_router
+from consumers.http_server import HttpServer
 from consumers.inbound import InboundLoop
 from consumers.lease import OwnershipLease
 from consumers.operations import control_operations
@@ -50,11 +51,14 @@ class TurnstileService:
         self.lease: OwnershipLease | None = None
         self.committer: GroupCommitter | None = None
         self.lost = asyncio.Event()
+        # Health, metrics and the inspector register their routes on it before start().
+        self.http = HttpServer(settings.http_host, settings.http_port)
         self._started = False
 
     async def start(self) -> None:
         """Connect, wait for the ownership lease (hot standby while another process holds it), then serve."""
         s = self.settings
+        await self.http.start()  # first: a standby answers health checks while it waits
         self.broker = NatsBroker(
             s.nats_url, max_reconnect_attempts=-1, graceful_timeout=10.0, log_level=logging.DEBUG
         )
@@ -178,4 +182,5 @@ class TurnstileService:
                 await self.broker.stop()
             except Exception as exc:
                 log.warning("closing the broker: %r", exc)
+        await self.http.stop()
         self._started = False

@@ -84,6 +84,12 @@ class Settings(BaseSettings):
     )
     mid_turn_policy: str = Field("enqueue", pattern="^(enqueue|interrupt|reject)$", description="default for messages arriving mid-turn: enqueue, interrupt or reject")
 
+    # operator HTTP endpoint (health, metrics, session inspector)
+    http_host: str = Field("127.0.0.1", description="address the HTTP endpoint listens on (loopback by default)")
+    http_port: int = Field(
+        4380, ge=-1, le=65535, description="HTTP endpoint port; 0 picks a free port, -1 turns the endpoint off"
+    )
+
     # ownership
     lease_ttl_s: float = Field(
         5.0, gt=0, description="single-owner lease TTL; a standby takes over this long after the owner dies"

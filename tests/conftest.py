@@ -15,6 +15,8 @@ import pytest
 # which are off by default in a served process. Set before any Settings() is built, and
 # inherited by every `turnstile run` child process a test starts.
 os.environ["TURNSTILE_SCRIPTED_DIRECTIVES"] = "true"
+# Every service a test starts gets a free port for its HTTP endpoint (many run side by side).
+os.environ.setdefault("TURNSTILE_HTTP_PORT", "0")
 
 PG_HOST = os.environ.get("TURNSTILE_TEST_PG_HOST", "127.0.0.1")
 PG_PORT = int(os.environ.get("TURNSTILE_TEST_PG_PORT", "5432"))
