@@ -12,6 +12,7 @@ import uuid
 
 import orjson
 
+from consumers.nats_connect import connect_options
 from consumers.settings import Settings
 
 
@@ -109,7 +110,7 @@ async def _send(settings: Settings, platform: str, session_id: str, text: str, t
     from schemas.subjects import Subjects
 
     subjects = Subjects(settings.prefix)
-    nc = await nats.connect(settings.nats_url)
+    nc = await nats.connect(settings.nats_url, **connect_options(settings))
     try:
         sub = await nc.subscribe(subjects.outbound(platform, session_id))
         msg_id = uuid.uuid4().hex
@@ -136,7 +137,7 @@ async def _api(settings: Settings, operation: str, body: str, timeout_s: float) 
     import nats
 
     resource, _, verb = operation.partition(".")
-    nc = await nats.connect(settings.nats_url)
+    nc = await nats.connect(settings.nats_url, **connect_options(settings))
     try:
         reply = await nc.request(f"{settings.prefix}.api.{resource}.{verb}", body.encode(), timeout=timeout_s)
         print(orjson.dumps(orjson.loads(reply.data), option=orjson.OPT_INDENT_2).decode())
@@ -153,7 +154,7 @@ async def _replay(settings: Settings, what: str, session_id: str, from_seq: int 
     from consumers.replay import replay
     from schemas.subjects import Subjects
 
-    nc = await nats.connect(settings.nats_url)
+    nc = await nats.connect(settings.nats_url, **connect_options(settings))
     try:
         start_time = datetime.fromisoformat(since) if since else None
         async for item in replay(

@@ -16,6 +16,7 @@ from consumers.api import build_router
 from consumers.http_server import HttpServer
 from consumers.inbound import InboundLoop
 from consumers.lease import OwnershipLease
+from consumers.nats_connect import broker_options
 from consumers.operations import control_operations
 from consumers.publisher import Publisher
 from consumers.retry_policy import TurnRetryPolicy
@@ -60,7 +61,8 @@ class TurnstileService:
         s = self.settings
         await self.http.start()  # first: a standby answers health checks while it waits
         self.broker = NatsBroker(
-            s.nats_url, max_reconnect_attempts=-1, graceful_timeout=10.0, log_level=logging.DEBUG
+            s.nats_url, max_reconnect_attempts=-1, graceful_timeout=10.0, log_level=logging.DEBUG,
+            **broker_options(s),
         )
         await self.broker.connect()
         self.js = self.broker.connection.jetstream()

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_DB_PATH = Path("var") / "turnstile.db"
@@ -22,6 +22,14 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TURNSTILE_", extra="ignore")
 
     nats_url: str = Field("nats://127.0.0.1:4333", description="NATS server URL")
+    nats_creds_file: str = Field("", description="NATS user credentials file (.creds: JWT and nkey seed)")
+    nats_nkey_seed_file: str = Field("", description="NATS nkey seed file (nkey authentication)")
+    nats_user: str = Field("", description="NATS user name (with TURNSTILE_NATS_PASSWORD)")
+    nats_password: SecretStr = Field(SecretStr(""), description="NATS password (never logged)")
+    nats_token: SecretStr = Field(SecretStr(""), description="NATS authentication token (never logged)")
+    nats_tls_ca_file: str = Field("", description="CA file that verifies the NATS server's TLS certificate")
+    nats_tls_cert_file: str = Field("", description="client certificate for TLS (mutual TLS; with the key file)")
+    nats_tls_key_file: str = Field("", description="client private key for TLS (with the certificate file)")
     database_url: str = Field(f"sqlite+aiosqlite:///{DEFAULT_DB_PATH}", description="SQLAlchemy URL")
     prefix: str = Field("turnstile", pattern=r"^[A-Za-z0-9_-]+$", description="subject prefix")
     provider: str = Field("scripted", description="scripted or openai")
@@ -127,7 +135,7 @@ def settings_markdown() -> str:
     rows = ["| variable | default | meaning |", "| --- | --- | --- |"]
     for name, field in Settings.model_fields.items():
         default = "[]" if field.default_factory is not None else repr(field.default).replace("'", "`")
-        if default == "``" or name == "openai_api_key":
+        if default == "``" or name == "openai_api_key" or isinstance(field.default, SecretStr):
             default = "(empty)"
         rows.append(f"| `TURNSTILE_{name.upper()}` | {default} | {field.description or ''} |")
     return "\n".join(rows)
