@@ -1,0 +1,67 @@
+"""Reaching the broker at start: bounded, logged retries instead of a silent hang.
+
+nats-py's ``connect`` with unlimited reconnects waits forever (and says nothing)
+when no server answers at start. Before the real connection is made, a plain
+probe connection without reconnects is retried with a capped exponential
+back-off (tenacity), one log line per failed attempt.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import nats
+from tenacity import (
+    AsyncRetrying,
+    RetryError,
+    retry_if_exception_type,
+    stop_after_delay,
+    stop_never,
+    wait_exponential,
+)
+
+log = logging.getLogger(__name__)
+
+PROBE_TIMEOUT_S = 2.0
+
+
+class BrokerUnreachable(RuntimeError):
+    """The broker did not answer within the start-up bound."""
+
+
+async def _probe(url: str) -> None:
+    nc = await nats.connect(
+        url, allow_reconnect=False, connect_timeout=PROBE_TIMEOUT_S, max_reconnect_attempts=0
+    )
+    await nc.close()
+
+
+def _log_retry(url: str) -> object:
+    def before_sleep(state: object) -> None:
+        attempt = getattr(state, "attempt_number", 0)
+        outcome = getattr(state, "outcome", None)
+        exc = outcome.exception() if outcome is not None else None
+        log.warning("broker %s not reachable (attempt %d: %r); retrying", url, attempt, exc)
+
+    return before_sleep
+
+
+async def wait_for_broker(url: str, timeout_s: float | None) -> None:
+    """Return once ``url`` accepts a connection; ``timeout_s=None`` waits as long as it takes.
+
+    Raises ``BrokerUnreachable`` (one clear sentence naming TURNSTILE_NATS_URL) after ``timeout_s``.
+    """
+    try:
+        async for attempt in AsyncRetrying(
+            retry=retry_if_exception_type(Exception),
+            wait=wait_exponential(multiplier=0.25, max=2.0),
+            stop=stop_never if timeout_s is None else stop_after_delay(timeout_s),
+            before_sleep=_log_retry(url),  # type: ignore[arg-type]
+        ):
+            with attempt:
+                await _probe(url)
+    except RetryError as exc:
+        last = exc.last_attempt.exception()
+        raise BrokerUnreachable(
+            f"cannot reach the NATS broker at {url} (TURNSTILE_NATS_URL) within {timeout_s:g} s: {last!r}"
+        ) from None
