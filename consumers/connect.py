@@ -8,6 +8,7 @@ back-off (tenacity), one log line per failed attempt.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import nats
@@ -29,9 +30,19 @@ class BrokerUnreachable(RuntimeError):
     """The broker did not answer within the start-up bound."""
 
 
+async def _quiet(_exc: Exception) -> None:
+    """nats-py logs every refused attempt with a traceback by default; we log one line per attempt."""
+
+
 async def _probe(url: str) -> None:
-    nc = await nats.connect(
-        url, allow_reconnect=False, connect_timeout=PROBE_TIMEOUT_S, max_reconnect_attempts=0
+    # nats-py retries a server for ever when max_reconnect_attempts <= 0 (even without
+    # reconnects): 1 means one attempt and one immediate retry, then NoServersError.
+    nc = await asyncio.wait_for(
+        nats.connect(
+            url, allow_reconnect=False, connect_timeout=PROBE_TIMEOUT_S, max_reconnect_attempts=1,
+            reconnect_time_wait=0, error_cb=_quiet,
+        ),
+        3 * PROBE_TIMEOUT_S,
     )
     await nc.close()
 
@@ -41,7 +52,7 @@ def _log_retry(url: str) -> object:
         attempt = getattr(state, "attempt_number", 0)
         outcome = getattr(state, "outcome", None)
         exc = outcome.exception() if outcome is not None else None
-        log.warning("broker %s not reachable (attempt %d: %r); retrying", url, attempt, exc)
+        log.warning("broker %s not reachable (attempt %d: %s); retrying", url, attempt, exc)
 
     return before_sleep
 
@@ -63,5 +74,5 @@ async def wait_for_broker(url: str, timeout_s: float | None) -> None:
     except RetryError as exc:
         last = exc.last_attempt.exception()
         raise BrokerUnreachable(
-            f"cannot reach the NATS broker at {url} (TURNSTILE_NATS_URL) within {timeout_s:g} s: {last!r}"
+            f"cannot reach the NATS broker at {url} (TURNSTILE_NATS_URL) within {timeout_s:g} s ({last})"
         ) from None
