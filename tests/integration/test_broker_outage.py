@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import time
 import uuid
 from pathlib import Path
@@ -16,10 +17,12 @@ from schemas.subjects import Subjects
 from tests.integration.harness import Collector, inbound, publish_inbound, wait_for
 from tests.integration.lifecycle_procs import ConfiguredProcess, outbound_count
 
+PAUSE_S = 12.0
+
 
 async def _published(nc: Client, subjects: Subjects, body: dict[str, object]) -> bool:
     try:
-        await publish_inbound(nc, subjects, body)  # type: ignore[arg-type]
+        await publish_inbound(nc, subjects, body)
     except Exception:
         return False
     return True
@@ -60,6 +63,45 @@ async def test_the_only_process_survives_a_broker_outage_and_answers_afterwards_
         assert await outbound_count(nc, subjects) == 4
         assert proc.proc.returncode is None
         assert "competing for ownership again" in proc.log_text()
+    finally:
+        await proc.stop()
+
+
+@pytest.mark.rule("MQ-1", "MQ-2")
+@pytest.mark.timeout(150)
+async def test_the_only_process_survives_a_paused_broker_and_answers_afterwards_once(
+    settings: Settings, nats_server: NatsServer, nc: Client, subjects: Subjects, tmp_path: Path
+) -> None:
+    proc = ConfiguredProcess(settings, tmp_path / "service.log")
+    sid = f"pause-{uuid.uuid4().hex[:6]}"
+    replies = await Collector().attach(nc, subjects.outbound("cli", sid))
+    assert nats_server.process is not None
+    try:
+        await proc.start()
+        await proc.wait_ready(nc)
+        await publish_inbound(nc, subjects, inbound(sid, "before"))
+        await wait_for(lambda: replies.messages, timeout_s=30, what="the reply before the pause")
+
+        nats_server.process.send_signal(signal.SIGSTOP)  # connections stay open, nothing answers
+        paused_at = time.monotonic()
+        try:
+            await wait_for(
+                lambda: "fenced" in proc.log_text() or (proc.proc is not None and proc.proc.returncode is not None),
+                timeout_s=30, what="the process to fence itself",
+            )
+            await wait_for(lambda: time.monotonic() - paused_at >= PAUSE_S, timeout_s=PAUSE_S + 5, what="the pause")
+        finally:
+            nats_server.process.send_signal(signal.SIGCONT)
+        assert proc.proc is not None and proc.proc.returncode is None, proc.log_text()[-2000:]
+
+        after = [inbound(sid, f"after {i}") for i in range(3)]
+        await wait_for(lambda: _published(nc, subjects, after[0]), timeout_s=30, what="publishing after the pause")
+        for body in after[1:]:
+            await publish_inbound(nc, subjects, body)
+        await wait_for(lambda: len(replies.messages) >= 4, timeout_s=60, what="the replies after the pause")
+        assert [r["text"] for r in replies.json()] == ["echo: before", "echo: after 0", "echo: after 1", "echo: after 2"]
+        assert await outbound_count(nc, subjects) == 4
+        assert proc.proc.returncode is None
     finally:
         await proc.stop()
 

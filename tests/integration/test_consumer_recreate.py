@@ -15,7 +15,7 @@ from tests.integration.harness import Collector, inbound, publish_inbound, wait_
 
 async def _published(nc: Client, subjects: Subjects, body: dict[str, object]) -> bool:
     try:
-        await publish_inbound(nc, subjects, body)  # type: ignore[arg-type]
+        await publish_inbound(nc, subjects, body)
     except Exception:
         return False  # no stream bound to the subject yet
     return True

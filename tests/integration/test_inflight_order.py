@@ -85,4 +85,4 @@ async def _all_fetched_none_acked(nc: Client, subjects: Subjects, consumer: str,
     js = nc.jetstream()
     last = (await js.stream_info(subjects.inbound_stream)).state.last_seq
     info = await js.consumer_info(subjects.inbound_stream, consumer)
-    return info.delivered.stream_seq == last and info.ack_floor.stream_seq == last - n
+    return bool(info.delivered.stream_seq == last and info.ack_floor.stream_seq == last - n)
