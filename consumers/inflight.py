@@ -74,7 +74,21 @@ async def _read(nc: Client, js: JetStreamContext, stream: str, consumer: str, se
 async def recover_inflight(
     nc: Client, js: JetStreamContext, stream: str, consumer: str, process: ProcessBatch, chunk: int
 ) -> int:
-    """Put the consumer's in-flight range through ``process`` in stream order; returns messages read."""
+    """Put the consumer's in-flight range through ``process`` in stream order; returns messages read.
+
+    A failure is logged and ends the recovery: nothing is lost (JetStream still redelivers the
+    range after the ack wait), only the per-session order of those messages is no longer ensured.
+    """
+    try:
+        return await _recover(nc, js, stream, consumer, process, chunk)
+    except Exception as exc:
+        log.warning("recovering the in-flight inbound range failed (%r); JetStream redelivers it", exc)
+        return 0
+
+
+async def _recover(
+    nc: Client, js: JetStreamContext, stream: str, consumer: str, process: ProcessBatch, chunk: int
+) -> int:
     first, last = await inflight_range(js, stream, consumer)
     if first > last:
         return 0
