@@ -80,6 +80,7 @@ class SessionActor:
     # Awaited before every item: returns once no deletion holds the session.
     held: Callable[[str], Awaitable[None]] | None = None
     idle: asyncio.Event = field(default_factory=asyncio.Event)
+    stopping: bool = False  # set by ``ActorRegistry.close``: end after the item in hand
 
     def start(self) -> None:
         self.idle.set()
@@ -140,6 +141,8 @@ class SessionActor:
                     self.busy = False
                     self.idle.set()
                     self.mailbox.task_done()
+                if self.stopping:
+                    return  # shutting down: never sit in the idle wait
         finally:
             self.idle.set()
             self.on_exit(self)
@@ -300,6 +303,7 @@ class ActorRegistry:
         self._closing = True
         actors = list(self._actors.values())
         for a in actors:
+            a.stopping = True
             while not a.mailbox.empty():
                 _, _, item = a.mailbox.get_nowait()
                 if isinstance(item, Command) and not item.result.done():
@@ -310,10 +314,33 @@ class ActorRegistry:
         for t in idle:
             t.cancel()
         if busy:
-            _, pending = await asyncio.wait(busy, timeout=drain_timeout_s)
+            pending = await _drain(busy, drain_timeout_s)
+            if pending:
+                log.warning("drain timeout: %d turns cancelled; they stay staged for the next owner", len(pending))
             for t in pending:
                 t.cancel()
         await asyncio.gather(*idle, *busy, return_exceptions=True)
         for a in actors:
             await a.runner.release()
         self._actors.clear()
+
+
+DRAIN_LOG_EVERY_S = 1.0
+
+
+async def _drain(busy: list[asyncio.Task[None]], timeout_s: float) -> set[asyncio.Task[None]]:
+    """Wait up to ``timeout_s`` for the running turns, logging progress; returns those still running."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    pending: set[asyncio.Task[None]] = set(busy)
+    log.info("draining: %d turns running, up to %.1f s", len(pending), timeout_s)
+    while pending:
+        left = deadline - loop.time()
+        if left <= 0:
+            break
+        _, pending = await asyncio.wait(pending, timeout=min(left, DRAIN_LOG_EVERY_S))
+        if pending:
+            log.info("draining: %d turns still running, %.1f s left", len(pending), max(deadline - loop.time(), 0))
+    if not pending:
+        log.info("drained: every running turn finished")
+    return pending

@@ -15,6 +15,9 @@ import orjson
 from consumers.nats_connect import connect_options
 from consumers.settings import Settings
 
+STOP_BOUND_S = 30.0  # beyond the drain timeout: flushing and closing connections
+RETRY_DELAY_S = 1.0  # between failed takeovers
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="turnstile", description="chat-agent sessions on NATS JetStream")
@@ -73,23 +76,58 @@ def tune_gc(threshold: int) -> None:
 
 
 async def serve(service: object, stop: asyncio.Event) -> int:
-    """Start (possibly standing by for the lease), serve until ``stop`` or lease loss, then stop.
+    """Start (possibly standing by for the lease), serve until ``stop``, then stop.
 
-    Exit code 0 on a requested stop, 3 when the ownership lease was lost.
+    A lost ownership lease (broker away past the TTL, or a pause) does not end the
+    process: the service has fenced itself; it is stopped and a fresh one competes for
+    ownership again, waiting for the broker as long as it takes. Exit code 0 on a
+    requested stop, 4 when the broker cannot be reached at start (one log line).
     """
+    from consumers.connect import BrokerUnreachable
     from consumers.service import TurnstileService
 
     assert isinstance(service, TurnstileService)
     log = logging.getLogger("turnstile")
     tune_gc(service.settings.gc_threshold)
-    starting = asyncio.create_task(service.start())
+    patient = False
+    while True:
+        try:
+            outcome = await _serve_term(service, stop, patient, log)
+        except BrokerUnreachable as exc:
+            log.error("%s", exc)
+            await service.stop()
+            return 4
+        except Exception as exc:
+            if not patient:
+                raise
+            # The broker went away again while we were taking over: compete afresh.
+            log.warning("taking over failed (%r); competing for ownership again", exc)
+            await asyncio.gather(service.stop(), return_exceptions=True)
+            try:
+                await asyncio.wait_for(stop.wait(), RETRY_DELAY_S)
+            except TimeoutError:
+                pass
+            outcome = "stopped" if stop.is_set() else "lost"
+        if outcome == "stopped":
+            return 0
+        log.warning("ownership lost: competing for ownership again (waiting for the broker if it is away)")
+        service = TurnstileService(service.settings)
+        patient = True
+
+
+async def _serve_term(service: object, stop: asyncio.Event, patient: bool, log: logging.Logger) -> str:
+    """One term of ownership: "stopped" on a requested stop, "lost" when the lease was lost."""
+    from consumers.service import TurnstileService
+
+    assert isinstance(service, TurnstileService)
+    starting = asyncio.create_task(service.start(patient=patient))
     stopping = asyncio.create_task(stop.wait())
     await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
     if not starting.done():
         starting.cancel()
         await asyncio.gather(starting, return_exceptions=True)
         await service.stop()
-        return 0
+        return "stopped"
     stopping.cancel()
     starting.result()
     log.info("turnstile ready on %s (prefix %s)", service.settings.nats_url, service.settings.prefix)
@@ -98,10 +136,14 @@ async def serve(service: object, stop: asyncio.Event) -> int:
     await asyncio.wait({lost, stopping}, return_when=asyncio.FIRST_COMPLETED)
     for t in (lost, stopping):
         t.cancel()
+    was_lost = service.lost.is_set() and not stop.is_set()
     log.info("stopping")
-    await service.stop()
+    try:
+        await asyncio.wait_for(service.stop(), STOP_BOUND_S + service.settings.drain_timeout_s)
+    except TimeoutError:
+        log.warning("stopping took longer than %.0f s; going on", STOP_BOUND_S + service.settings.drain_timeout_s)
     log.info("stopped")
-    return 3 if service.lost.is_set() else 0
+    return "lost" if was_lost else "stopped"
 
 
 async def _send(settings: Settings, platform: str, session_id: str, text: str, timeout_s: float) -> int:

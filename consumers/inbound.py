@@ -21,13 +21,15 @@ from collections.abc import Awaitable
 from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
+from nats.js.errors import NotFoundError
 
 from consumers.codec import decode_inbound
 from consumers.health import ServiceHealth
 from consumers.inbound_pipeline import Handoff, InboundPipeline, InboundRecorder
 from consumers.publisher import Publisher
 from consumers.settings import Settings
-from core.store.inbox import SqlInbox
+from consumers.streams import ensure_streams
+from core.store.inbox import SqlInbox, StagedMessage
 from schemas.subjects import Subjects
 from schemas.wire import ErrorBody
 
@@ -94,6 +96,17 @@ class InboundLoop:
         await self.pipeline.close(drain_timeout_s)
 
     async def _bind(self) -> JetStreamContext.PullSubscription:
+        # A deleted consumer (or inbound stream) would leave us binding to nothing for ever:
+        # recreate it, and any missing stream, with the configured settings.
+        try:
+            await self._js.consumer_info(self._subjects.inbound_stream, self._settings.consumer_name)
+        except NotFoundError:
+            log.warning(
+                "inbound consumer %s on %s is missing; recreating the streams and the consumer",
+                self._settings.consumer_name, self._subjects.inbound_stream,
+            )
+            await ensure_streams(self._js, self._settings, self._subjects)
+            log.info("inbound consumer %s recreated", self._settings.consumer_name)
         return await self._js.pull_subscribe_bind(
             durable=self._settings.consumer_name, stream=self._subjects.inbound_stream
         )
@@ -146,6 +159,8 @@ class InboundLoop:
     ) -> JetStreamContext.PullSubscription:
         try:
             info = await self._js.consumer_info(self._subjects.inbound_stream, self._settings.consumer_name)
+        except NotFoundError:
+            return await self._bind()
         except Exception:
             return psub
         if info.num_pending or info.num_ack_pending:

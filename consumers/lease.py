@@ -146,7 +146,17 @@ class OwnershipLease:
             self._renewer = None
         if self._revision is not None and self._kv is not None:
             try:
-                await self._kv.delete(LEASE_KEY, last=self._revision)
+                await self._delete_if_ours(self._kv, self._revision)
             except Exception as exc:
                 log.warning("releasing the lease: %r", exc)
         self._revision = None
+
+    async def _delete_if_ours(self, kv: KeyValue, revision: int) -> None:
+        try:
+            await kv.delete(LEASE_KEY, last=revision)
+        except BadRequestError:
+            # A renewal cancelled by release() may have been applied without us seeing its
+            # revision: delete at the current one if the lease is still ours.
+            entry = await kv.get(LEASE_KEY)
+            if entry.value == self.owner_id.encode() and entry.revision is not None:
+                await kv.delete(LEASE_KEY, last=entry.revision)

@@ -13,10 +13,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from consumers.actors import ActorRegistry
 from consumers.api import build_router
+from consumers.connect import wait_for_broker
 from consumers.http_server import HttpServer
 from consumers.inbound import InboundLoop
+from consumers.inflight import recover_inflight
 from consumers.lease import OwnershipLease
-from consumers.nats_connect import broker_options
+from consumers.nats_connect import broker_options, connect_options
 from consumers.operations import control_operations
 from consumers.publisher import Publisher
 from consumers.retry_policy import TurnRetryPolicy
@@ -56,10 +58,15 @@ class TurnstileService:
         self.http = HttpServer(settings.http_host, settings.http_port)
         self._started = False
 
-    async def start(self) -> None:
-        """Connect, wait for the ownership lease (hot standby while another process holds it), then serve."""
+    async def start(self, patient: bool = False) -> None:
+        """Connect, wait for the ownership lease (hot standby while another process holds it), then serve.
+
+        The broker is retried for ``connect_timeout_s`` (``BrokerUnreachable`` after that), or as
+        long as it takes when ``patient`` (competing again after a lost lease).
+        """
         s = self.settings
         await self.http.start()  # first: a standby answers health checks while it waits
+        await wait_for_broker(s.nats_url, None if patient else s.connect_timeout_s, connect_options(s))
         self.broker = NatsBroker(
             s.nats_url, max_reconnect_attempts=-1, graceful_timeout=10.0, log_level=logging.DEBUG,
             **broker_options(s),
@@ -117,11 +124,17 @@ class TurnstileService:
             self.inbox,
             self.actors.deliver,
         )
+        # Fetched-but-unstaged messages of a dead owner come first, in stream order (per-session order).
+        await recover_inflight(
+            self.broker.connection, self.js, self.subjects.inbound_stream, s.consumer_name,
+            self.inbound.process_batch, s.fetch_batch,
+        )
         self.inbound.start()
         self._started = True
 
     def _on_lease_lost(self) -> None:
-        """Another process owns the prefix now: stop fetching and running turns at once."""
+        """Another process owns the prefix now: stop fetching and running turns at once (fenced)."""
+        log.warning("fenced: ownership lost, stopped fetching and cancelled running turns (they stay staged)")
         self.lost.set()
         if self.inbound is not None:
             # Stage nothing more: what is in flight is redelivered to the new owner.
@@ -165,20 +178,22 @@ class TurnstileService:
         if self.inbound is not None:
             await self.inbound.stop()
         if self.actors is not None:
-            await self.actors.close()
+            await self.actors.close(drain_timeout_s=0 if self.lost.is_set() else self.settings.drain_timeout_s)
         if self.inbox is not None:
             try:
                 await self.inbox.close()
             except Exception as exc:
                 log.warning("flushing the inbox: %r", exc)
+        # Draining has ended and the inbox is flushed: hand ownership over at once.
+        if self.lease is not None and not self.lost.is_set():
+            await self.lease.release()
+            log.info("ownership released")
         if self.engines is not None:
             await self.engines.close()
         if self.committer is not None:
             await self.committer.aclose()
         if self.db is not None:
             await self.db.dispose()
-        if self.lease is not None and not self.lost.is_set():
-            await self.lease.release()
         if self.broker is not None:
             try:
                 await self.broker.stop()

@@ -102,6 +102,15 @@ class Settings(BaseSettings):
     lease_ttl_s: float = Field(
         5.0, gt=0, description="single-owner lease TTL; a standby takes over this long after the owner dies"
     )
+    drain_timeout_s: float = Field(
+        10.0, ge=0,
+        description="on SIGTERM, how long running turns may finish; the rest stay staged and the next owner "
+        "runs them (the lease is released when draining ends)",
+    )
+    connect_timeout_s: float = Field(
+        60.0, gt=0,
+        description="at start, how long to retry reaching the broker before exiting with code 4",
+    )
 
     # streams
     inbound_max_age_s: float = Field(7 * 24 * 3600, gt=0, description="inbound stream max age")

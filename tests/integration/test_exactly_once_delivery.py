@@ -26,7 +26,7 @@ from core.store.db import create_engine
 from core.store.inbox import STAGED, inbox
 from schemas.subjects import Subjects
 from tests.integration.harness import Collector, inbound, publish_inbound, wait_for
-from tests.integration.test_crash_recovery import ServiceProcess
+from tests.integration.service_process import ServiceProcess
 
 DUPLICATE_WINDOW_S = 2.0
 KILL_ATTEMPTS = 5

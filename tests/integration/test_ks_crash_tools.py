@@ -14,7 +14,7 @@ from consumers.settings import Settings
 from schemas.subjects import Subjects
 from tests.integration.harness import Collector, inbound, publish_inbound, wait_for
 from tests.integration.ks_helpers import event_types, last_snapshot, results_by_call, transitions
-from tests.integration.test_crash_recovery import ServiceProcess
+from tests.integration.service_process import ServiceProcess
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from consumers.settings import Settings
 from schemas.subjects import Subjects
 from tests.integration.harness import Collector, api, inbound, publish_inbound, wait_for
 from tests.integration.ks_helpers import results_by_call
-from tests.integration.test_crash_recovery import ServiceProcess
+from tests.integration.service_process import ServiceProcess
 
 
 async def project_session(nc: Client, subjects: Subjects, root: Path, workspace: str) -> str:

@@ -26,6 +26,7 @@ async def test_make_run_answers_a_hand_published_message_and_stops_cleanly_on_ct
         TURNSTILE_DEV_NATS_PORT=str(port),
         TURNSTILE_DEV_STORE_DIR=str(tmp_path / "nats"),
         TURNSTILE_DATABASE_URL=f"sqlite+aiosqlite:///{tmp_path / 'run.db'}",
+        TURNSTILE_HTTP_PORT="0",  # the default 4380 may be taken by another run on this machine
     )
     log = tmp_path / "make-run.log"
     with log.open("wb") as out:
