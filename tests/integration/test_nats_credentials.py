@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -59,13 +58,9 @@ async def test_the_service_and_the_cli_connect_with_user_and_password(secured: N
         await service.stop()
 
 
-# nats-py leaves the refused connection's socket to the garbage collector: collect it here,
-# inside this test, rather than let its ResourceWarning land in whichever test runs next.
-@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 async def test_a_connection_without_credentials_is_refused(secured: NatsServer, tmp_path: Path) -> None:
     with pytest.raises(Exception, match="(?i)authorization"):
         await nats.connect(secured.url, allow_reconnect=False, max_reconnect_attempts=0)
-    gc.collect()
 
 
 def test_a_missing_credentials_file_names_its_setting_and_no_secret_is_echoed(tmp_path: Path) -> None:
