@@ -18,12 +18,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.soak]
 
 @pytest.mark.rule("MQ-8", "MQ-5", "SM-22")
 @pytest.mark.timeout(170)
-@pytest.mark.xfail(
-    strict=False,
-    reason="on main before the issue-9 fixes: clause 1 (a message answered again after a restart later than the "
-    "duplicate window), clause 2 (per-session order when a kill lands between fetch and staging) and at times "
-    "clause 3 (that repeated answer stored after its session's deletion); remove this mark once they are merged",
-)
 async def test_every_message_is_answered_once_in_order_or_dropped_under_kills_and_deletions(tmp_path: Path) -> None:
     config = SoakConfig.from_env("ci")
     record, report = await run_soak(config, tmp_path)
