@@ -3,8 +3,11 @@ the server's schemas checked before a call, its errors as tool results, modes (i
 
 from __future__ import annotations
 
+import asyncio
+import socket
 import sys
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import orjson
@@ -92,5 +95,46 @@ async def test_a_server_that_cannot_start_stops_the_service_start_with_a_clear_e
     try:
         with pytest.raises(Unavailable, match="MCP server 'gone' could not be started"):
             await service.start()
+    finally:
+        await service.stop()
+
+
+@pytest.fixture
+async def http_mcp_server(tmp_path: Path) -> AsyncIterator[str]:
+    """The same test server over streamable HTTP on a free loopback port; yields its URL."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with (tmp_path / "mcp-http.log").open("ab") as log:
+        proc = await asyncio.create_subprocess_exec(sys.executable, str(SERVER), "--http", str(port), stdout=log, stderr=log)
+
+    async def listening() -> bool:
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            assert proc.returncode is None, (tmp_path / "mcp-http.log").read_text()
+            return False
+        writer.close()
+        await writer.wait_closed()
+        return True
+
+    try:
+        await wait_for(listening, timeout_s=30, what="the MCP HTTP server")
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.terminate()
+        await proc.wait()
+
+
+async def test_a_streamable_http_mcp_server_is_reached_by_url(
+    settings: Settings, nc: Client, subjects: Subjects, http_mcp_server: str
+) -> None:
+    config = orjson.dumps([{"name": "web", "url": http_mcp_server, "headers": {"X-Team": "t1"}}]).decode()
+    service = TurnstileService(settings.model_copy(update={"mcp_servers_json": config}))
+    await service.start()
+    try:
+        _, checkpoints = await _run(nc, subjects, '/tool web__add {"a": 20, "b": 22}\n/say ok')
+        [result] = tool_results(checkpoints)
+        assert result["name"] == "web__add" and result["ok"] is True and result["content"] == "42"
     finally:
         await service.stop()
