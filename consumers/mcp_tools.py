@@ -14,19 +14,19 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx2
 import orjson
-from mcp import Client, StdioServerParameters
-from mcp.client.streamable_http import streamable_http_client
-from mcp.types import CallToolResult, Tool
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from consumers.tool_arguments import schema_check
 from core.engine.tools.custom import TOOL_NAME
 from core.engine.tools.registry import ALL_MODES, ToolDefinition, ToolOutcome
 from core.errors import InvalidInput, Unavailable
+
+if TYPE_CHECKING:  # the SDK takes ~1.7 s to import: only a service with MCP servers pays for it
+    from mcp import Client
+    from mcp.types import CallToolResult, Tool
 
 SEPARATOR = "__"
 MAX_TOOL_PAGES = 100
@@ -128,6 +128,10 @@ class McpToolServer:
 
     @contextlib.asynccontextmanager
     async def _connection(self) -> AsyncIterator[Client]:
+        import httpx2
+        from mcp import Client, StdioServerParameters
+        from mcp.client.streamable_http import streamable_http_client
+
         c = self.config
         if c.command is not None:
             params = StdioServerParameters(command=c.command, args=c.args, env=c.env, cwd=c.cwd)

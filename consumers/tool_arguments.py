@@ -5,9 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from jsonschema import exceptions as schema_errors
-from jsonschema import validators
-
 from core.errors import InvalidInput
 
 ArgumentCheck = Callable[[dict[str, Any]], None]
@@ -18,6 +15,10 @@ def schema_check(schema: dict[str, Any], tool_name: str) -> ArgumentCheck:
 
     The validator class follows the schema's ``$schema`` (Draft 2020-12 when absent).
     """
+    # Imported here: a service without custom tools does not pay for jsonschema at start-up.
+    from jsonschema import exceptions as schema_errors
+    from jsonschema import validators
+
     cls = validators.validator_for(schema, default=validators.Draft202012Validator)
     try:
         cls.check_schema(schema)

@@ -18,7 +18,7 @@ from consumers.service import TurnstileService
 from consumers.settings import Settings
 from core.errors import Unavailable
 from schemas.subjects import Subjects
-from tests.integration.harness import Collector, inbound, publish_inbound, wait_for
+from tests.integration.harness import Collector, api, inbound, publish_inbound, wait_for
 from tests.integration.tool_helpers import CHAT, tool_results, turn_ended
 
 SERVER = Path(__file__).with_name("mcp_test_server.py")
@@ -138,3 +138,27 @@ async def test_a_streamable_http_mcp_server_is_reached_by_url(
         assert result["name"] == "web__add" and result["ok"] is True and result["content"] == "42"
     finally:
         await service.stop()
+
+
+@pytest.mark.rule("KS-8")
+async def test_interrupting_a_running_mcp_call_repairs_it_and_the_server_stays_usable(
+    service: TurnstileService, nc: Client, subjects: Subjects, tmp_path: Path
+) -> None:
+    sid = f"mcp-intr-{uuid.uuid4().hex[:8]}"
+    log = tmp_path / "call.log"
+    replies = await Collector().attach(nc, subjects.outbound("cli", sid))
+    checkpoints = await Collector().attach(nc, subjects.checkpoint(sid))
+    events = await Collector().attach(nc, subjects.events_of(sid))
+    script = f"/tool calc__append_and_wait {orjson.dumps({'log': str(log)}).decode()}\n/say never"
+    await publish_inbound(nc, subjects, inbound(sid, script, chat=CHAT))
+    await wait_for(lambda: log.exists(), what="the MCP call to be running")
+    stopped = await api(nc, subjects, "session", "interrupt", {"session_id": sid})
+    assert stopped["ok"] and stopped["result"]["stopped_running"], stopped
+    await wait_for(lambda: turn_ended(events), what="turn.ended")
+    [result] = tool_results(checkpoints)
+    assert result["interrupted"] is True and result["content"] == "interrupted: stopped by the user"
+    assert not replies.messages
+    log.with_name(log.name + ".release").touch()  # let the server's abandoned handler finish
+    await publish_inbound(nc, subjects, inbound(sid, '/tool calc__add {"a": 1, "b": 2}\n/say again', chat=CHAT))
+    await wait_for(lambda: replies.messages, what="the next reply")
+    assert tool_results(checkpoints)[-1]["content"] == "3" and replies.json()[0]["text"] == "again"
