@@ -202,7 +202,9 @@ class McpToolServer:
 
 def outcome_of(result: CallToolResult) -> ToolOutcome:
     """The model-visible result: the text blocks, else the structured content, else the block types."""
-    texts = [block.text for block in result.content if getattr(block, "type", None) == "text"]
+    from mcp.types import TextContent
+
+    texts = [block.text for block in result.content if isinstance(block, TextContent)]
     if texts:
         content = "\n".join(texts)
     elif result.structured_content is not None:
