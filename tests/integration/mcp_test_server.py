@@ -11,7 +11,7 @@ from mcp.types import ToolAnnotations
 app = MCPServer("test-tools")
 
 
-@app.tool(annotations=ToolAnnotations(idempotentHint=True))
+@app.tool(annotations=ToolAnnotations(idempotent_hint=True))
 def add(a: int, b: int) -> int:
     """Add two integers."""
     return a + b
