@@ -85,6 +85,7 @@ class TurnstileService:
         self.inbox = SqlInbox(self.db, self.committer)
         self.inbox.start(retention_s=s.inbound_max_age_s)
         self.engines = EngineSessions(s, self.db, self.committer)
+        await self.engines.open_tool_servers()
         self.manager = build_manager(s, self.db, self.publisher, self._clear_session_data, self.committer)
         await self.manager.start()
         self.engines.take_policy = ManagerTakePolicy(self.manager, service_time_zone(s.time_zone))

@@ -124,6 +124,19 @@ class Settings(BaseSettings):
     )
     stream_replicas: int = Field(1, gt=0, description="stream replicas (cluster deployments)")
 
+    # tools (docs/agent-developers.md)
+    tool_modules: list[str] = Field(
+        default_factory=list,
+        description="Python modules whose TOOLS attribute lists custom tools (JSON list); installed "
+        "`turnstile.tools` entry points are loaded too",
+    )
+    tool_timeout_s: float = Field(30.0, gt=0, description="time limit of a custom or MCP tool that sets none of its own")
+    mcp_servers_json: str = Field(
+        "",
+        description="JSON list of MCP tool servers, each {name, command, args?, env?, cwd? or url, headers?; "
+        "modes?, timeout_s?, idempotent?}; their tools are registered as `<name>__<tool>`",
+    )
+
     # identities / platforms
     time_zone: str = Field("UTC", description="time zone for rendered labels (IANA name)")
     owners: list[str] = Field(default_factory=list, description='owner identities "platform:user_id"')

@@ -11,7 +11,9 @@ from typing import Any
 import orjson
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from consumers.mcp_tools import McpToolServers, parse_mcp_servers
 from consumers.settings import Settings
+from consumers.tool_plugins import load_tools
 from core.engine import (
     JournalHistoryReader,
     JournalOfGeneration,
@@ -204,7 +206,8 @@ class EngineSessions:
         self.journal = SqlHistoryJournal(db, committer=committer)
         self.knowledge = SqlKnowledgeStore(db)
         self.provider = build_provider(settings)
-        self.tools = builtin_registry()
+        self.tools = builtin_registry(load_tools(settings))  # custom tools: docs/agent-developers.md
+        self.tool_servers = McpToolServers(parse_mcp_servers(settings.mcp_servers_json), settings.tool_timeout_s)
         self.leases = SqlFileLeases(db)
         self.take_policy: Any = None
         # The current generation of an id (the manager's, set at start-up): another session's
@@ -215,6 +218,11 @@ class EngineSessions:
             reasoning_effort=settings.reasoning_effort,
             context_window_tokens=settings.context_window_tokens,
         )
+
+    async def open_tool_servers(self) -> None:
+        """Start the MCP tool servers and register their tools (before the first turn)."""
+        for tool in await self.tool_servers.start():
+            self.tools.register(tool)
 
     def options_for(self, session_id: str, chat: dict[str, Any] | None = None) -> SessionOptions:
         """A conversation; its channel carries the chat scope, so a multi-party chat is a group (KS-15)."""
@@ -275,6 +283,7 @@ class EngineSessions:
         return await self.journal.clear_stale()
 
     async def close(self) -> None:
+        await self.tool_servers.close()
         await self.journal.aclose()
         close = getattr(self.provider, "aclose", None)
         if close is not None:

@@ -16,6 +16,7 @@ than it are folded on open) and calls ``run_pending_turn`` again:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING
 
@@ -142,14 +143,27 @@ async def _dispatch(session: Session, call: OpenCall) -> ToolOutcome:
     state = session.state
     try:
         tool = session.tools.authorise(call.name, state.mode.kind)
-        validate_arguments(tool.parameters, call.arguments)
+        if tool.check_arguments is not None:
+            tool.check_arguments(call.arguments)
+        else:
+            validate_arguments(tool.parameters, call.arguments)
         context = ToolContext(
             session_id=state.session_id, state=state, provider=session.provider,
             knowledge=session.knowledge, take_policy=session.take_policy,
             history_reader=session.history_reader, leases=session.leases, clock=session.clock,
             resolve_object=session.resolve_object, new_id=session.new_id,
         )
-        return await tool.handler(context, call.arguments)
+        limit = asyncio.timeout(tool.timeout_s)
+        try:
+            async with limit:
+                return await tool.handler(context, call.arguments)
+        except TimeoutError:
+            if not limit.expired():
+                raise  # the tool's own TimeoutError: a tool failure like any other
+            # An interrupt or a deletion stays a cancellation; only the limit ends up here.
+            log.warning("tool %s of session %s ran over its %s s limit", call.name, state.session_id, tool.timeout_s)
+            why = f"tool {call.name!r} did not finish within {tool.timeout_s} s; its effect is unknown"
+            return ToolOutcome(ok=False, content=f"error (timeout): {why}")
     except TurnstileError as exc:
         return ToolOutcome(ok=False, content=f"error ({exc.code}): {exc.message}")
     except Exception as exc:  # a broken tool must not kill the turn; the model sees the failure

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from core.engine.tools.context import ToolContext
+from core.engine.tools.custom import custom_tool
 from core.engine.tools.delivery_tools import REPLY, SEND_OBJECT
 from core.engine.tools.file_tools import LIST_DIR, READ_FILE, WRITE_FILE
 from core.engine.tools.knowledge_tools import KNOWLEDGE_READ, KNOWLEDGE_SEARCH, KNOWLEDGE_WRITE
@@ -45,5 +46,6 @@ __all__ = [
     "ToolOutcome",
     "ToolRegistry",
     "builtin_registry",
+    "custom_tool",
     "validate_arguments",
 ]

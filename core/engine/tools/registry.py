@@ -42,6 +42,9 @@ class ToolDefinition:
 
     ``idempotent`` tools are re-dispatched when a crash left their call issued but
     without a result; others get a durable failed result instead (never re-run).
+    ``timeout_s``: the handler's time limit (None: none); running over it is a failed result.
+    ``check_arguments``: validates the arguments instead of ``validate_arguments``' schema
+    subset (plugins and MCP tools bring full JSON Schemas); raises InvalidInput.
     """
 
     name: str
@@ -51,6 +54,8 @@ class ToolDefinition:
     modes: frozenset[str] = ALL_MODES
     idempotent: bool = True
     requires_work: bool = False
+    timeout_s: float | None = None
+    check_arguments: Callable[[dict[str, Any]], None] | None = None
 
     def spec(self) -> ToolSpec:
         """The provider-facing description."""
