@@ -17,8 +17,10 @@ from typing import Any
 from consumers.checkpoints import CheckpointChain
 from consumers.outbound_ledger import stored_reply_seqs
 from consumers.publisher import Publisher
+from consumers.turn_ports import SessionBook
 from core.engine import Session
 from core.engine.answers import EventAnswers
+from core.errors import StaleGeneration
 from core.store.inbox import DONE, SqlInbox, StagedMessage
 from schemas.wire import InboundMessage, OutboundReply
 
@@ -28,6 +30,7 @@ class ReplyDelivery:
 
     session_id: str
     _pub: Publisher
+    _book: SessionBook
     _inbox: SqlInbox
     _checkpoints: CheckpointChain
     _finished: deque[str]
@@ -109,5 +112,10 @@ class ReplyDelivery:
             text=text,
             objects=objects,
         )
+        # SM-22 / MQ-5, at the last moment: no await lies between this check and the reply entering
+        # the connection's buffer, and a deletion changes the generation before it emits
+        # session.deleted — so a reply either precedes its session's deletion or is never sent.
+        if self._book.generation_of(self.session_id) != generation:
+            raise StaleGeneration(f"session {self.session_id!r} was deleted; its reply is not sent")
         (self._unsettled if sink is None else sink).append(await self._pub.outbound(platform, reply))
 

@@ -37,7 +37,7 @@ from consumers.turn_ports import EngineFactory, SessionBook, chat_of, external_i
 from core.engine import FORMAT_VERSION, Session, SessionOptions, TurnExhausted
 from core.engine.snapshot import EncodedSnapshot
 from core.engine.policy import MidTurnAction, MidTurnPolicy, decide_mid_turn
-from core.errors import Cancelled, CheckpointFailed, TurnstileError, Unavailable
+from core.errors import Cancelled, CheckpointFailed, StaleGeneration, TurnstileError, Unavailable
 from core.sessions.rules import from_elsewhere
 from core.store.inbox import DROPPED, SqlInbox, StagedMessage
 from schemas.wire import Checkpoint, InboundMessage
@@ -298,7 +298,11 @@ class TurnRunner(ReplyDelivery):
                 return
             # Answered before a crash, maybe not delivered: publish what the outbound stream lacks.
             sent: list[asyncio.Future[Any]] = []
-            await self._deliver_previous(staged, inbound, engine, ext_id, sent, answers)
+            try:
+                await self._deliver_previous(staged, inbound, engine, ext_id, sent, answers)
+            except StaleGeneration:  # deleted while this message was being served: SM-22
+                await self._drop(staged, inbound, "stale_generation")
+                return
             if not sent and answers.answering_inbound_id not in (None, inbound.id):
                 # A replay while its first message is still finishing: the stream holds the whole answer.
                 await self._drop(staged, inbound, "duplicate", f"event {ext_id!r} was already answered")
@@ -338,16 +342,21 @@ class TurnRunner(ReplyDelivery):
             if self.generation == staged.generation:
                 raise
             outcome, error = "aborted", None  # its checkpoints were purged by the deletion: refused
-        # SM-21 / SM-22 / MQ-5: deleted while running → the turn ends aborted (old generation),
-        # no outbound delivery; the events are stored before the deletion's clear goes on.
-        if self.generation != staged.generation:
+        # SM-21 / SM-22 / MQ-5: deleted while running (or while its replies were going out) →
+        # the turn ends aborted (old generation), no outbound delivery; the events are stored
+        # before the deletion's clear goes on.
+        deleted = self.generation != staged.generation
+        if not deleted and outcome == "replied":
+            try:
+                await self._deliver_outputs(staged, inbound, engine)
+            except StaleGeneration:
+                deleted = True
+        if deleted:
             await self.turn_ended(engine, "aborted", None, inbound_id=inbound.id)
             await self._drop(staged, inbound, "stale_generation")
             unsettled, self._unsettled = self._unsettled, []
             await self._pub.settle(unsettled)
             return
-        if outcome == "replied":
-            await self._deliver_outputs(staged, inbound, engine)
         await self.turn_ended(engine, outcome, error, inbound_id=inbound.id)
         await self._checkpoints.settle()
         # The replies and events were pipelined and the bookkeeping writes run behind: the

@@ -65,6 +65,12 @@ class CheckpointFailed(TurnstileError):
     code = "checkpoint_failed"
 
 
+class StaleGeneration(TurnstileError):
+    """Raised when a reply is about to go out for a generation the session no longer has (deleted, SM-22)."""
+
+    code = "stale_generation"
+
+
 class Cancelled(TurnstileError):
     """Raised inside a turn when its operation id was cancelled."""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
@@ -171,3 +172,39 @@ async def test_start_up_removes_an_orphaned_journal(
         await _new_session_starts_empty(service, nc, subjects, orphan, "orphaned words")
     finally:
         await service.stop()
+
+
+@pytest.mark.rule("SM-22", "MQ-5")
+async def test_a_reply_about_to_go_out_when_its_session_is_deleted_is_never_sent(
+    service: TurnstileService, nc: Client, subjects: Subjects, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The deletion lands after the turn's post-run generation check, while its reply waits for
+    # the checkpoint that holds it: the reply must not be stored after session.deleted.
+    from consumers.turns import TurnRunner
+
+    sid = _sid("late-reply")
+    replies = await Collector().attach(nc, subjects.outbound("cli", sid))
+    events = await Collector().attach(nc, subjects.events_of(sid))
+    original = TurnRunner._deliver_outputs
+    deletions: list[asyncio.Future[Any]] = []
+
+    async def delete_first(self: TurnRunner, *args: Any) -> None:
+        manager = service.manager
+        if self.session_id == sid and manager is not None:
+            before = manager.generation_of(sid)
+            deletions.append(asyncio.ensure_future(manager.delete_session(sid)))
+            await wait_for(lambda: manager.generation_of(sid) != before, timeout_s=5, interval_s=0,
+                           what="the deletion to change the generation")
+        await original(self, *args)
+
+    monkeypatch.setattr(TurnRunner, "_deliver_outputs", delete_first)
+    await publish_inbound(nc, subjects, inbound(sid, "answer me"))
+    await wait_for(lambda: _of(events, "message.dropped"), what="the stale-generation drop")
+    assert _of(events, "message.dropped")[0]["reason"] == "stale_generation"
+    ended = await wait_for(lambda: _stored_turn_ended(service, subjects, sid), what="the stored turn.ended")
+    assert ended["outcome"] == "aborted"
+    await wait_for(lambda: "session.deleted" in [e["type"] for e in events.json()], what="session.deleted")
+    assert service.js is not None
+    info = await service.js.stream_info(subjects.outbound_stream, subjects_filter=subjects.outbound("cli", sid))
+    assert info.state.messages == 0 and not replies.messages
+    await asyncio.gather(*deletions)
