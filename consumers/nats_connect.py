@@ -3,7 +3,8 @@
 Settings (all optional; see docs/security.md): ``TURNSTILE_NATS_CREDS_FILE`` (a JWT
 ``.creds`` file), ``TURNSTILE_NATS_NKEY_SEED_FILE``, ``TURNSTILE_NATS_USER`` with
 ``TURNSTILE_NATS_PASSWORD``, ``TURNSTILE_NATS_TOKEN``, and TLS with
-``TURNSTILE_NATS_TLS_CA_FILE`` / ``_CERT_FILE`` / ``_KEY_FILE``. A file that cannot be
+``TURNSTILE_NATS_TLS_CA_FILE`` / ``_CERT_FILE`` / ``_KEY_FILE``; ``TURNSTILE_NATS_INBOX_PREFIX`` names the
+reply subjects (a role may subscribe only to its own, ``_INBOX.<user>.>``). A file that cannot be
 read fails the start with one line naming its setting; secrets never appear in messages.
 """
 
@@ -47,7 +48,7 @@ def tls_context(settings: Settings) -> ssl.SSLContext | None:
 
 def _credentials(settings: Settings) -> dict[str, Any]:
     """nats-py keyword arguments for the credentials that are not passed as a FastStream security object."""
-    options: dict[str, Any] = {}
+    options: dict[str, Any] = {"inbox_prefix": settings.nats_inbox_prefix}
     if settings.nats_creds_file:
         options["user_credentials"] = _readable(settings.nats_creds_file, "TURNSTILE_NATS_CREDS_FILE")
     if settings.nats_nkey_seed_file:

@@ -69,7 +69,7 @@ class TurnstileService:
         self.lease = OwnershipLease(self.js, f"{self.subjects.stream_prefix}_LEASES", s.lease_ttl_s)
         await self.lease.acquire(on_lost=self._on_lease_lost)
         self.db = create_engine(s.database_url, sqlite_synchronous=s.sqlite_synchronous)
-        await migrate(self.db)
+        await migrate(self.db, allow_foreign_tables=s.database_allow_foreign_tables)
         await ensure_streams(self.js, s, self.subjects)
         self.publisher = Publisher(
             self.broker.connection, self.js, self.subjects, dlq_raw_max_bytes=s.dlq_raw_max_bytes

@@ -27,10 +27,17 @@ class Settings(BaseSettings):
     nats_user: str = Field("", description="NATS user name (with TURNSTILE_NATS_PASSWORD)")
     nats_password: SecretStr = Field(SecretStr(""), description="NATS password (never logged)")
     nats_token: SecretStr = Field(SecretStr(""), description="NATS authentication token (never logged)")
+    nats_inbox_prefix: str = Field(
+        "_INBOX", pattern=r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$",
+        description="prefix of this connection's reply subjects; with nats.conf's roles `_INBOX.<user>` (docs/security.md)",
+    )
     nats_tls_ca_file: str = Field("", description="CA file that verifies the NATS server's TLS certificate")
     nats_tls_cert_file: str = Field("", description="client certificate for TLS (mutual TLS; with the key file)")
     nats_tls_key_file: str = Field("", description="client private key for TLS (with the certificate file)")
     database_url: str = Field(f"sqlite+aiosqlite:///{DEFAULT_DB_PATH}", description="SQLAlchemy URL")
+    database_allow_foreign_tables: bool = Field(
+        False, description="migrate even into a database that holds other applications' tables (refused by default)"
+    )
     prefix: str = Field("turnstile", pattern=r"^[A-Za-z0-9_-]+$", description="subject prefix")
     provider: str = Field("scripted", description="scripted or openai")
     scripted_directives: bool = Field(

@@ -59,8 +59,10 @@ async def test_the_service_and_the_cli_connect_with_user_and_password(secured: N
 
 
 async def test_a_connection_without_credentials_is_refused(secured: NatsServer, tmp_path: Path) -> None:
+    client = Client()
     with pytest.raises(Exception, match="(?i)authorization"):
-        await nats.connect(secured.url, allow_reconnect=False, max_reconnect_attempts=0)
+        await client.connect(secured.url, allow_reconnect=False, max_reconnect_attempts=0)
+    await client.close()  # the refused connection's transport
 
 
 def test_a_missing_credentials_file_names_its_setting_and_no_secret_is_echoed(tmp_path: Path) -> None:
