@@ -180,6 +180,12 @@ def with_dev_authorization(conf: str, subjects: Subjects | None = None) -> str:
     return head + block + rest.partition(END_MARK)[2]
 
 
+def without_roles(conf: str) -> str:
+    """``conf`` without its generated roles block (an open server: the benchmark's own clients)."""
+    head, found, rest = conf.partition(BEGIN_MARK)
+    return head + rest.partition(END_MARK)[2] if found else conf
+
+
 if __name__ == "__main__":
     import sys
     from pathlib import Path
