@@ -103,7 +103,9 @@ class TurnstileService:
             ),
             idle_s=s.actor_idle_s,
         )
-        self.broker.include_router(build_router(self.subjects, control_operations(self)))
+        self.broker.include_router(
+            build_router(self.subjects, control_operations(self), max_request_bytes=s.max_request_bytes)
+        )
         await self.broker.start()
         # Messages staged but unfinished before a stop or crash go back to their actors, in order.
         for staged in await self.inbox.pending():

@@ -55,6 +55,11 @@ class Settings(BaseSettings):
     system_prompt: str = Field("You are a helpful assistant.", description="the complete system prompt (turnstile never composes prompts)")
     provider_timeout_s: float = Field(60.0, gt=0, description="timeout of one provider call")
 
+    # control API
+    max_request_bytes: int = Field(
+        262_144, gt=0, description="larger control requests are refused `too_large` before they are decoded"
+    )
+
     # inbound
     max_inbound_bytes: int = Field(262_144, gt=0, description="larger inbound payloads are dead-lettered")
     max_attachment_bytes: int = Field(
