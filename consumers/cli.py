@@ -14,7 +14,7 @@ import uuid
 import orjson
 
 from consumers.dev_credentials import dev_settings_env
-from consumers.nats_connect import connect_options
+from consumers.nats_connect import connect_options, redacted_url
 from consumers.settings import Settings
 
 
@@ -120,7 +120,7 @@ async def serve(service: object, stop: asyncio.Event) -> int:
         return 0
     stopping.cancel()
     starting.result()
-    log.info("turnstile ready on %s (prefix %s)", service.settings.nats_url, service.settings.prefix)
+    log.info("turnstile ready on %s (prefix %s)", redacted_url(service.settings.nats_url), service.settings.prefix)
     lost = asyncio.create_task(service.lost.wait())
     stopping = asyncio.create_task(stop.wait())
     await asyncio.wait({lost, stopping}, return_when=asyncio.FIRST_COMPLETED)

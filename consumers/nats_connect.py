@@ -13,11 +13,24 @@ from __future__ import annotations
 import ssl
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from faststream.security import BaseSecurity, SASLPlaintext
 
 from consumers.settings import Settings
 from core.errors import InvalidInput
+
+
+def redacted_url(url: str) -> str:
+    """A server URL fit for a log line: a password or token written into it is replaced."""
+    parts = urlsplit(url)
+    if parts.password is None and not parts.username:
+        return url
+    user = parts.username if parts.password is not None else None
+    credentials = f"{user}:***" if user else "***"
+    host = parts.hostname or ""
+    netloc = f"{credentials}@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def _readable(path: str, variable: str) -> str:

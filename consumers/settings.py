@@ -48,7 +48,7 @@ class Settings(BaseSettings):
 
     # model provider
     openai_base_url: str = Field("https://api.openai.com/v1", description="OpenAI-compatible API base URL (provider `openai`)")
-    openai_api_key: str = Field("", description="API key for the OpenAI-compatible provider")
+    openai_api_key: SecretStr = Field(SecretStr(""), description="API key for the OpenAI-compatible provider (never logged)")
     model: str = Field("scripted", description="model name passed to the provider")
     reasoning_effort: str = Field("medium", description="reasoning effort passed to the provider")
     context_window_tokens: int = Field(32_000, gt=0, description="context window; older turns are summarised beyond it (KS-21)")
@@ -131,6 +131,11 @@ class Settings(BaseSettings):
     time_zone: str = Field("UTC", description="time zone for rendered labels (IANA name)")
     owners: list[str] = Field(default_factory=list, description='owner identities "platform:user_id"')
     platforms_json: str = Field("", description="JSON list of adapter instances (see docs/protocol.md)")
+
+
+def secret_value(value: SecretStr | str) -> str:
+    """The plain text of a secret setting (a ``str`` given through ``model_copy`` is taken as is)."""
+    return value.get_secret_value() if isinstance(value, SecretStr) else value
 
 
 def service_time_zone(name: str) -> tzinfo:

@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from consumers.settings import Settings
+from consumers.settings import Settings, secret_value
 from core.engine import (
     JournalHistoryReader,
     JournalOfGeneration,
@@ -184,7 +184,7 @@ def build_provider(settings: Settings) -> Provider:
         from core.providers.openai_chat import OpenAIChatProvider
 
         return OpenAIChatProvider(
-            settings.openai_base_url, settings.openai_api_key, timeout_s=settings.provider_timeout_s
+            settings.openai_base_url, secret_value(settings.openai_api_key), timeout_s=settings.provider_timeout_s
         )
     raise InvalidInput(f"unknown provider {settings.provider!r} (scripted | openai)")
 
