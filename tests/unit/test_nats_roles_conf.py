@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
-from schemas.nats_roles import adapter_role, observer_role, with_dev_authorization, without_roles
+from consumers.nats_server import nats_server_binary
+
+from schemas.nats_roles import (
+    adapter_role,
+    observer_role,
+    production_example,
+    with_dev_authorization,
+    without_roles,
+)
 from schemas.subjects import Subjects
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,3 +34,18 @@ def test_an_adapter_may_use_only_its_platform_and_an_observer_no_mutating_verb()
     observer = observer_role(subjects)
     verbs = {s.removeprefix("turnstile.api.") for s in observer.publish if s.startswith("turnstile.api.")}
     assert verbs.isdisjoint({"session.delete", "session.update", "memory.clear", "platform.register"})
+
+
+def test_the_production_example_is_current_and_holds_no_password() -> None:
+    example = (ROOT / "docs" / "nats-production.conf").read_text()
+    assert example == production_example(), "regenerate: python -m schemas.nats_roles --production docs/nats-production.conf"
+    assert example.count('password: "REPLACE_WITH_BCRYPT_HASH"') == example.count("{ user:") == 5
+
+
+def test_the_production_example_is_a_config_nats_server_accepts(tmp_path: Path) -> None:
+    example = (ROOT / "docs" / "nats-production.conf").read_text()
+    head, _, rest = example.partition("tls {")
+    config = tmp_path / "production.conf"
+    config.write_text((head + rest.partition("}")[2]).replace("/var/lib/nats", str(tmp_path / "store")))
+    checked = subprocess.run([nats_server_binary(), "-t", "-c", str(config)], capture_output=True, text=True, timeout=30)
+    assert checked.returncode == 0, checked.stderr
