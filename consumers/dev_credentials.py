@@ -26,7 +26,7 @@ _PASSWORD = re.compile(r"dev[0-9a-f]{48}")
 log = logging.getLogger(__name__)
 
 
-def _read_env_file(path: Path) -> dict[str, str]:
+def read_env_file(path: Path) -> dict[str, str]:
     values: dict[str, str] = {}
     for line in path.read_text().splitlines():
         name, sep, value = line.partition("=")
@@ -42,7 +42,7 @@ def ensure_dev_credentials(roles: tuple[Role, ...], directory: Path) -> dict[str
     server_env: dict[str, str] = {}
     for role in roles:
         path = directory / f"{role.user}.env"
-        password = _read_env_file(path).get("TURNSTILE_NATS_PASSWORD", "") if path.exists() else ""
+        password = read_env_file(path).get("TURNSTILE_NATS_PASSWORD", "") if path.exists() else ""
         if not _PASSWORD.fullmatch(password):
             # nats-server parses a $VARIABLE's value as config: letters first, then hex digits only.
             password = "dev" + secrets.token_hex(24)
@@ -65,4 +65,4 @@ def dev_settings_env(user: str, directory: Path = DEV_CREDENTIALS_DIR) -> dict[s
     if not path.is_file():
         return {}
     log.info("using the development credentials of %s (%s)", user, path)
-    return _read_env_file(path)
+    return read_env_file(path)

@@ -51,8 +51,14 @@ async def _main() -> int:
             )
             return 2
         # nats.conf reads each role's password from the environment; the service connects as its role.
-        # nats.conf's roles are written for the default prefix.
         subjects = Subjects()
+        if Settings().prefix != subjects.prefix:
+            print(
+                f"nats.conf's roles are written for the prefix {subjects.prefix!r}: unset TURNSTILE_PREFIX, or run "
+                f"your own server with roles for your prefix (docs/security.md) and set TURNSTILE_NATS_URL.",
+                file=sys.stderr,
+            )
+            return 2
         passwords = ensure_dev_credentials(dev_roles(subjects), ROOT / DEV_CREDENTIALS_DIR)
         server = NatsServer(store_dir=store, port=port, config=ROOT / "nats.conf", env=passwords)
         try:

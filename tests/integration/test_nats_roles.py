@@ -14,7 +14,7 @@ from nats.aio.client import Client
 from nats.js.api import AckPolicy, ConsumerConfig
 from pydantic import SecretStr
 
-from consumers.dev_credentials import _read_env_file, ensure_dev_credentials
+from consumers.dev_credentials import ensure_dev_credentials, read_env_file
 from consumers.nats_connect import connect_options
 from consumers.nats_server import NatsServer
 from consumers.replay import replay
@@ -36,7 +36,7 @@ class RoleServer:
     clients: list[Client] = field(default_factory=list)
 
     def settings(self, user: str) -> Settings:
-        env = _read_env_file(self.credentials / f"{user}.env")
+        env = read_env_file(self.credentials / f"{user}.env")
         return Settings(
             nats_url=self.server.url, nats_user=env["TURNSTILE_NATS_USER"],
             nats_password=SecretStr(env["TURNSTILE_NATS_PASSWORD"]),
