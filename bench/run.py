@@ -41,6 +41,7 @@ from bench.scenarios import (
     turnstile_turns20,
 )
 from consumers.nats_server import NatsServer, nats_server_binary
+from schemas.nats_roles import without_roles
 
 # Phases in run order; ``--only`` picks some of them.
 PHASES = ("load", "sync", "turns20", "growth", "hol")
@@ -100,6 +101,10 @@ async def run_all(
     result: dict[str, Any], profile: Profile, nats_conf: Path | None, work: Path, phases: tuple[str, ...] = PHASES
 ) -> None:
     """Run the phases, filling ``result`` as it goes (so an aborted run still reports what it has)."""
+    if nats_conf is not None:  # the repository's settings without its login roles (the bench's clients are open)
+        open_conf = work / "nats-open.conf"
+        open_conf.write_text(without_roles(nats_conf.read_text()))
+        nats_conf = open_conf
     server = NatsServer(store_dir=work / "nats", config=nats_conf)
     await server.start()
     assert server.process is not None

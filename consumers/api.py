@@ -3,7 +3,9 @@
 Every handler decodes and validates its request with a pydantic model, calls
 the core, and answers ``{ok: true, result}`` or ``{ok: false, error: {code,
 message}}``. A refusal is never a stack trace; an unexpected failure is
-logged and answered with code ``internal``.
+logged and answered with code ``internal``. A request larger than
+``TURNSTILE_MAX_REQUEST_BYTES`` is refused ``too_large`` before it is decoded;
+a list operation answers a ``Page``: ``{ok: true, result: [...], next_cursor}``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from faststream.nats import NatsRouter
 from faststream.nats.annotations import NatsMessage
 from pydantic import BaseModel, ValidationError
 
+from consumers.paging import Page
 from core.errors import TurnstileError
 from schemas.subjects import Subjects
 
@@ -47,6 +50,8 @@ def error_reply(code: str, message: str) -> bytes:
 
 
 def ok_reply(result: Any) -> bytes:
+    if isinstance(result, Page):
+        return orjson.dumps({"ok": True, "result": result.items, "next_cursor": result.next_cursor}, default=_default)
     return orjson.dumps({"ok": True, "result": result}, default=_default)
 
 
@@ -61,8 +66,12 @@ def _default(value: Any) -> Any:
     raise TypeError(f"cannot encode {type(value).__name__}")
 
 
-async def dispatch(op: Operation, raw: bytes) -> bytes:
+async def dispatch(op: Operation, raw: bytes, max_request_bytes: int | None = None) -> bytes:
     """Validate ``raw`` against the operation's request model and run it."""
+    if max_request_bytes is not None and len(raw) > max_request_bytes:
+        return error_reply(
+            "too_large", f"request is {len(raw)} bytes; at most {max_request_bytes} (TURNSTILE_MAX_REQUEST_BYTES)"
+        )
     try:
         data = orjson.loads(raw) if raw.strip() else {}
     except orjson.JSONDecodeError as exc:
@@ -84,12 +93,14 @@ async def dispatch(op: Operation, raw: bytes) -> bytes:
     return ok_reply(result)
 
 
-def build_router(subjects: Subjects, operations: list[Operation]) -> NatsRouter:
+def build_router(
+    subjects: Subjects, operations: list[Operation], max_request_bytes: int | None = None
+) -> NatsRouter:
     """One FastStream subscriber (queue group ``turnstile-api``) per operation, plus a
     fallback on ``<prefix>.api.>`` that answers ``not_found`` for what none of them serves."""
     router = NatsRouter()
     for op in operations:
-        router.subscriber(subjects.api(op.resource, op.verb), queue=API_QUEUE)(_handler_for(op))
+        router.subscriber(subjects.api(op.resource, op.verb), queue=API_QUEUE)(_handler_for(op, max_request_bytes))
     known = frozenset(subjects.api(op.resource, op.verb) for op in operations)
     router.subscriber(subjects.api_all, queue=API_FALLBACK_QUEUE, no_reply=True)(
         _fallback_for(subjects.api_all.removesuffix(">"), known)
@@ -112,9 +123,9 @@ def _fallback_for(api_head: str, known: frozenset[str]) -> Callable[[NatsMessage
     return api_unknown
 
 
-def _handler_for(op: Operation) -> Callable[[NatsMessage], Awaitable[bytes]]:
+def _handler_for(op: Operation, max_request_bytes: int | None) -> Callable[[NatsMessage], Awaitable[bytes]]:
     async def handle(message: NatsMessage) -> bytes:
-        return await dispatch(op, bytes(message.body))
+        return await dispatch(op, bytes(message.body), max_request_bytes)
 
     handle.__name__ = f"api_{op.resource}_{op.verb}"
     return handle

@@ -6,13 +6,15 @@ import argparse
 import asyncio
 import gc
 import logging
+import os
 import signal
 import sys
 import uuid
 
 import orjson
 
-from consumers.nats_connect import connect_options
+from consumers.dev_credentials import dev_settings_env
+from consumers.nats_connect import connect_options, redacted_url
 from consumers.settings import Settings
 
 STOP_BOUND_S = 30.0  # beyond the drain timeout: flushing and closing connections
@@ -37,9 +39,17 @@ def main(argv: list[str] | None = None) -> int:
     rp.add_argument("--session", required=True)
     rp.add_argument("--from-seq", type=int, default=None, help="start at this stream sequence")
     rp.add_argument("--since", default=None, help="start at this time (ISO 8601, e.g. 2026-11-30T10:00:00+00:00)")
+    mg = sub.add_parser("migrate", help="create or upgrade the database schema (TURNSTILE_DATABASE_URL) and exit")
+    mg.add_argument("--allow-foreign-tables", action="store_true", help="migrate even into a database with other tables")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # A client command with no credentials configured uses its role's `make run` credentials, when present.
+    client_role = {"send": f"adapter-{getattr(args, 'platform', '')}", "api": "admin", "replay": "observer"}
+    if args.command in client_role:
+        os.environ.update(dev_settings_env(client_role[args.command]))
     settings = Settings()
+    if args.command == "migrate":
+        return _migrate(settings, args.allow_foreign_tables)
     if args.command == "run":
         return asyncio.run(_run(settings))
     if args.command == "send":
@@ -47,6 +57,24 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "replay":
         return asyncio.run(_replay(settings, args.what, args.session, args.from_seq, args.since))
     return asyncio.run(_api(settings, args.operation, args.body, args.timeout))
+
+
+def _migrate(settings: Settings, allow_foreign_tables: bool) -> int:
+    from core.errors import TurnstileError
+    from core.store.migrate import migrate_database
+
+    try:
+        revision = asyncio.run(
+            migrate_database(
+                settings.database_url,
+                allow_foreign_tables=allow_foreign_tables or settings.database_allow_foreign_tables,
+            )
+        )
+    except TurnstileError as exc:
+        print(f"turnstile migrate: {exc.message}", file=sys.stderr)
+        return 2
+    print(f"database at revision {revision}")
+    return 0
 
 
 async def _run(settings: Settings) -> int:
@@ -130,7 +158,7 @@ async def _serve_term(service: object, stop: asyncio.Event, patient: bool, log: 
         return "stopped"
     stopping.cancel()
     starting.result()
-    log.info("turnstile ready on %s (prefix %s)", service.settings.nats_url, service.settings.prefix)
+    log.info("turnstile ready on %s (prefix %s)", redacted_url(service.settings.nats_url), service.settings.prefix)
     lost = asyncio.create_task(service.lost.wait())
     stopping = asyncio.create_task(stop.wait())
     await asyncio.wait({lost, stopping}, return_when=asyncio.FIRST_COMPLETED)

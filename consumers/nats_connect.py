@@ -3,7 +3,8 @@
 Settings (all optional; see docs/security.md): ``TURNSTILE_NATS_CREDS_FILE`` (a JWT
 ``.creds`` file), ``TURNSTILE_NATS_NKEY_SEED_FILE``, ``TURNSTILE_NATS_USER`` with
 ``TURNSTILE_NATS_PASSWORD``, ``TURNSTILE_NATS_TOKEN``, and TLS with
-``TURNSTILE_NATS_TLS_CA_FILE`` / ``_CERT_FILE`` / ``_KEY_FILE``. A file that cannot be
+``TURNSTILE_NATS_TLS_CA_FILE`` / ``_CERT_FILE`` / ``_KEY_FILE``; ``TURNSTILE_NATS_INBOX_PREFIX`` names the
+reply subjects (a role may subscribe only to its own, ``_INBOX.<user>.>``). A file that cannot be
 read fails the start with one line naming its setting; secrets never appear in messages.
 """
 
@@ -12,11 +13,24 @@ from __future__ import annotations
 import ssl
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from faststream.security import BaseSecurity, SASLPlaintext
 
 from consumers.settings import Settings
 from core.errors import InvalidInput
+
+
+def redacted_url(url: str) -> str:
+    """A server URL fit for a log line: a password or token written into it is replaced."""
+    parts = urlsplit(url)
+    if parts.password is None and not parts.username:
+        return url
+    user = parts.username if parts.password is not None else None
+    credentials = f"{user}:***" if user else "***"
+    host = parts.hostname or ""
+    netloc = f"{credentials}@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def _readable(path: str, variable: str) -> str:
@@ -47,7 +61,7 @@ def tls_context(settings: Settings) -> ssl.SSLContext | None:
 
 def _credentials(settings: Settings) -> dict[str, Any]:
     """nats-py keyword arguments for the credentials that are not passed as a FastStream security object."""
-    options: dict[str, Any] = {}
+    options: dict[str, Any] = {"inbox_prefix": settings.nats_inbox_prefix}
     if settings.nats_creds_file:
         options["user_credentials"] = _readable(settings.nats_creds_file, "TURNSTILE_NATS_CREDS_FILE")
     if settings.nats_nkey_seed_file:

@@ -8,7 +8,7 @@ directory, and we wait for "Server is ready" on stderr within a timeout.
 from __future__ import annotations
 
 import asyncio
-
+import os
 import re
 import shutil
 import signal
@@ -55,6 +55,7 @@ class NatsServer:
     port: int = 0
     config: Path | None = None
     extra_args: list[str] = field(default_factory=list)
+    env: dict[str, str] | None = None  # added to this process's environment (nats.conf reads $VARIABLES from it)
     process: asyncio.subprocess.Process | None = None
     _log: list[str] = field(default_factory=list)
     _pump: asyncio.Task[None] | None = None
@@ -74,7 +75,8 @@ class NatsServer:
         # Own session: a Ctrl-C in the terminal reaches our process, which then stops the
         # service before the server, instead of killing the server under a running service.
         self.process = await asyncio.create_subprocess_exec(
-            *args, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE, start_new_session=True
+            *args, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE, start_new_session=True,
+            env=None if self.env is None else {**os.environ, **self.env},
         )
         ready = asyncio.get_running_loop().create_future()
         self._pump = asyncio.create_task(self._read_stderr(ready))

@@ -17,6 +17,7 @@ from datetime import tzinfo
 from typing import TYPE_CHECKING, Any
 
 from consumers.api import Operation
+from consumers.paging import Page, paginate, reply_budget
 from consumers.ops_answers import operations as answer_operations
 from consumers.ops_turns import operations as turn_operations
 from consumers.settings import service_time_zone
@@ -28,6 +29,7 @@ from core.sessions.manager import SessionManager
 from core.sessions.platforms import AdapterInstance
 from core.sessions.records import (
     DEFAULT_WORKSPACE_ID,
+    DEFAULT_WORKSPACE_KEY,
     PlaceRecord,
     SessionRecord,
     TakeSettings,
@@ -40,7 +42,6 @@ from schemas.control import (
     AdapterInstanceOut,
     CreationIn,
     DeletedOut,
-    EmptyRequest,
     GenerationOut,
     LabelOut,
     MemoryClearOut,
@@ -58,6 +59,8 @@ from schemas.control import (
     SessionCurrentDirRequest,
     SessionEnsureRequest,
     SessionExtraRootsRequest,
+    PageRequest,
+    SessionChildrenRequest,
     SessionIdRequest,
     SessionListRequest,
     SessionOut,
@@ -144,6 +147,17 @@ def real_directory(root: str) -> str:
     return real
 
 
+def _creation_order(record: SessionRecord) -> tuple[float, str]:
+    return (record.created_at, record.id)
+
+
+def reply_budget_of(service: TurnstileService) -> int:
+    """Bytes of list items one reply may carry: under the connected server's max payload."""
+    broker = service.broker
+    max_payload = broker.connection.max_payload if broker is not None else 1_048_576
+    return reply_budget(max_payload)
+
+
 def rendering(service: TurnstileService) -> Rendering:
     """Result rendering in the service time zone, with SM-9's room class read from the manager."""
     return Rendering(
@@ -186,19 +200,25 @@ def session_operations(service: TurnstileService) -> list[Operation]:
     async def get(req: SessionIdRequest) -> SessionOut:
         return render.session(existing(req.session_id))
 
-    async def list_(req: SessionListRequest) -> list[SessionOut]:
+    def paged(records: list[SessionRecord], req: PageRequest) -> Page[SessionOut]:
+        return paginate(
+            records, _creation_order, render.session, limit=req.limit, cursor=req.cursor,
+            budget_bytes=reply_budget_of(service),
+        )
+
+    async def list_(req: SessionListRequest) -> Page[SessionOut]:
         m = manager()
         if req.parent_id is not None and req.roots_only:
             raise InvalidInput("give parent_id or roots_only, not both")
         if req.parent_id is not None:
-            return render.sessions(m.list_sessions(parent_id=req.parent_id, status=req.status))
+            return paged(m.list_sessions(parent_id=req.parent_id, status=req.status), req)
         if req.roots_only:
-            return render.sessions(m.list_sessions(parent_id=None, status=req.status))
-        return render.sessions(m.list_sessions(status=req.status))
+            return paged(m.list_sessions(parent_id=None, status=req.status), req)
+        return paged(m.list_sessions(status=req.status), req)
 
-    async def children(req: SessionIdRequest) -> list[SessionOut]:
+    async def children(req: SessionChildrenRequest) -> Page[SessionOut]:
         existing(req.session_id)
-        return render.sessions(manager().get_children(req.session_id))
+        return paged(manager().get_children(req.session_id), req)
 
     async def update(req: SessionUpdateRequest) -> SessionOut:
         return render.session(await manager().update_session(req.session_id, req.changes.sent()))
@@ -238,8 +258,8 @@ def session_operations(service: TurnstileService) -> list[Operation]:
         op("create_child", SessionCreateChildRequest, create_child, "create a child session"),
         op("ensure", SessionEnsureRequest, ensure, "file a session by id when missing"),
         op("get", SessionIdRequest, get, "one session record"),
-        op("list", SessionListRequest, list_, "session records, filtered"),
-        op("children", SessionIdRequest, children, "the children of a session"),
+        op("list", SessionListRequest, list_, "session records, filtered, paged"),
+        op("children", SessionChildrenRequest, children, "the children of a session, paged"),
         op("update", SessionUpdateRequest, update, "change fields; metadata merges"),
         op("title", SessionTitleRequest, title, "set the title"),
         op("complete", SessionCompleteRequest, complete, "mark completed with a result"),
@@ -295,8 +315,11 @@ def other_operations(service: TurnstileService) -> list[Operation]:
             raise NotFound(f"place {req.key!r} does not exist")
         return render.place(record)
 
-    async def place_list(_: EmptyRequest) -> list[PlaceOut]:
-        return [render.place(p) for p in manager().list_places()]
+    async def place_list(req: PageRequest) -> Page[PlaceOut]:
+        return paginate(
+            manager().list_places(), lambda p: (p.key != DEFAULT_WORKSPACE_KEY, p.key), render.place,
+            limit=req.limit, cursor=req.cursor, budget_bytes=reply_budget_of(service),
+        )
 
     async def place_update(req: PlaceUpdateRequest) -> PlaceOut:
         return render.place(await manager().update_place(req.key, req.metadata))
@@ -306,8 +329,11 @@ def other_operations(service: TurnstileService) -> list[Operation]:
         added = await manager().add_workspace(real)
         return WorkspaceAddedOut(workspace=render.workspace(added.workspace), existed=added.existed)
 
-    async def workspace_list(_: EmptyRequest) -> list[WorkspaceOut]:
-        return [render.workspace(w) for w in manager().list_workspaces()]
+    async def workspace_list(req: PageRequest) -> Page[WorkspaceOut]:
+        return paginate(
+            manager().list_workspaces(), lambda w: (w.position, w.id), render.workspace,
+            limit=req.limit, cursor=req.cursor, budget_bytes=reply_budget_of(service),
+        )
 
     async def workspace_remove(req: WorkspaceIdRequest) -> WorkspaceRemovedOut:
         changed = await manager().remove_workspace(req.workspace_id)
@@ -330,22 +356,25 @@ def other_operations(service: TurnstileService) -> list[Operation]:
             raise NotFound(f"adapter instance {req.instance_id!r} is not registered")
         return PlatformUnregisteredOut(instance_id=req.instance_id, existed=True)
 
-    async def platform_list(_: EmptyRequest) -> list[AdapterInstanceOut]:
-        return [_instance_out(i) for i in manager().registry.instances()]
+    async def platform_list(req: PageRequest) -> Page[AdapterInstanceOut]:
+        return paginate(
+            manager().registry.instances(), lambda i: (i.instance_id,), _instance_out,
+            limit=req.limit, cursor=req.cursor, budget_bytes=reply_budget_of(service),
+        )
 
     return [
         Operation("memory", "clear", MemoryClearRequest, memory_clear, "clear memory; history clear deletes children"),
         Operation("take", "check", TakeCheckRequest, take_check, "may one session take from another"),
         Operation("place", "of", SessionIdRequest, place_of, "where a session belongs"),
         Operation("place", "get", PlaceGetRequest, place_get, "one place record"),
-        Operation("place", "list", EmptyRequest, place_list, "every place record"),
+        Operation("place", "list", PageRequest, place_list, "every place record, paged"),
         Operation("place", "update", PlaceUpdateRequest, place_update, "merge a place's metadata"),
         Operation("workspace", "add", WorkspaceAddRequest, workspace_add, "register a directory as a workspace"),
-        Operation("workspace", "list", EmptyRequest, workspace_list, "every workspace, default first"),
+        Operation("workspace", "list", PageRequest, workspace_list, "every workspace, default first, paged"),
         Operation("workspace", "remove", WorkspaceIdRequest, workspace_remove, "remove a workspace"),
         Operation("platform", "register", PlatformRegisterRequest, platform_register, "add an adapter instance"),
         Operation("platform", "unregister", PlatformUnregisterRequest, platform_unregister, "remove an adapter"),
-        Operation("platform", "list", EmptyRequest, platform_list, "the adapter instances"),
+        Operation("platform", "list", PageRequest, platform_list, "the adapter instances, paged"),
     ]
 
 

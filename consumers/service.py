@@ -76,7 +76,7 @@ class TurnstileService:
         self.lease = OwnershipLease(self.js, f"{self.subjects.stream_prefix}_LEASES", s.lease_ttl_s)
         await self.lease.acquire(on_lost=self._on_lease_lost)
         self.db = create_engine(s.database_url, sqlite_synchronous=s.sqlite_synchronous)
-        await migrate(self.db)
+        await migrate(self.db, allow_foreign_tables=s.database_allow_foreign_tables)
         await ensure_streams(self.js, s, self.subjects)
         self.publisher = Publisher(
             self.broker.connection, self.js, self.subjects, dlq_raw_max_bytes=s.dlq_raw_max_bytes
@@ -111,7 +111,9 @@ class TurnstileService:
             ),
             idle_s=s.actor_idle_s,
         )
-        self.broker.include_router(build_router(self.subjects, control_operations(self)))
+        self.broker.include_router(
+            build_router(self.subjects, control_operations(self), max_request_bytes=s.max_request_bytes)
+        )
         await self.broker.start()
         # Messages staged but unfinished before a stop or crash go back to their actors, in order.
         for staged in await self.inbox.pending():

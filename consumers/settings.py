@@ -27,10 +27,17 @@ class Settings(BaseSettings):
     nats_user: str = Field("", description="NATS user name (with TURNSTILE_NATS_PASSWORD)")
     nats_password: SecretStr = Field(SecretStr(""), description="NATS password (never logged)")
     nats_token: SecretStr = Field(SecretStr(""), description="NATS authentication token (never logged)")
+    nats_inbox_prefix: str = Field(
+        "_INBOX", pattern=r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$",
+        description="prefix of this connection's reply subjects; with nats.conf's roles `_INBOX.<user>` (docs/security.md)",
+    )
     nats_tls_ca_file: str = Field("", description="CA file that verifies the NATS server's TLS certificate")
     nats_tls_cert_file: str = Field("", description="client certificate for TLS (mutual TLS; with the key file)")
     nats_tls_key_file: str = Field("", description="client private key for TLS (with the certificate file)")
     database_url: str = Field(f"sqlite+aiosqlite:///{DEFAULT_DB_PATH}", description="SQLAlchemy URL")
+    database_allow_foreign_tables: bool = Field(
+        False, description="migrate even into a database that holds other applications' tables (refused by default)"
+    )
     prefix: str = Field("turnstile", pattern=r"^[A-Za-z0-9_-]+$", description="subject prefix")
     provider: str = Field("scripted", description="scripted or openai")
     scripted_directives: bool = Field(
@@ -41,12 +48,17 @@ class Settings(BaseSettings):
 
     # model provider
     openai_base_url: str = Field("https://api.openai.com/v1", description="OpenAI-compatible API base URL (provider `openai`)")
-    openai_api_key: str = Field("", description="API key for the OpenAI-compatible provider")
+    openai_api_key: SecretStr = Field(SecretStr(""), description="API key for the OpenAI-compatible provider (never logged)")
     model: str = Field("scripted", description="model name passed to the provider")
     reasoning_effort: str = Field("medium", description="reasoning effort passed to the provider")
     context_window_tokens: int = Field(32_000, gt=0, description="context window; older turns are summarised beyond it (KS-21)")
     system_prompt: str = Field("You are a helpful assistant.", description="the complete system prompt (turnstile never composes prompts)")
     provider_timeout_s: float = Field(60.0, gt=0, description="timeout of one provider call")
+
+    # control API
+    max_request_bytes: int = Field(
+        262_144, gt=0, description="larger control requests are refused `too_large` before they are decoded"
+    )
 
     # inbound
     max_inbound_bytes: int = Field(262_144, gt=0, description="larger inbound payloads are dead-lettered")
@@ -141,6 +153,11 @@ class Settings(BaseSettings):
     time_zone: str = Field("UTC", description="time zone for rendered labels (IANA name)")
     owners: list[str] = Field(default_factory=list, description='owner identities "platform:user_id"')
     platforms_json: str = Field("", description="JSON list of adapter instances (see docs/protocol.md)")
+
+
+def secret_value(value: SecretStr | str) -> str:
+    """The plain text of a secret setting (a ``str`` given through ``model_copy`` is taken as is)."""
+    return value.get_secret_value() if isinstance(value, SecretStr) else value
 
 
 def service_time_zone(name: str) -> tzinfo:

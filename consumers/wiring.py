@@ -12,7 +12,7 @@ import orjson
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from consumers.mcp_tools import McpToolServers, parse_mcp_servers
-from consumers.settings import Settings
+from consumers.settings import Settings, secret_value
 from consumers.tool_plugins import load_tools
 from core.engine import (
     JournalHistoryReader,
@@ -186,7 +186,7 @@ def build_provider(settings: Settings) -> Provider:
         from core.providers.openai_chat import OpenAIChatProvider
 
         return OpenAIChatProvider(
-            settings.openai_base_url, settings.openai_api_key, timeout_s=settings.provider_timeout_s
+            settings.openai_base_url, secret_value(settings.openai_api_key), timeout_s=settings.provider_timeout_s
         )
     raise InvalidInput(f"unknown provider {settings.provider!r} (scripted | openai)")
 

@@ -148,12 +148,36 @@ class SessionEnsureRequest(ControlRequest):
     creation: CreationIn | None = None
 
 
-class SessionListRequest(ControlRequest):
-    """session.list: every session, the children of ``parent_id``, or only roots; optionally by status."""
+DEFAULT_PAGE_LIMIT = 100
+MAX_PAGE_LIMIT = 1_000
+
+
+class PageRequest(ControlRequest):
+    """A list request: at most ``limit`` items after ``cursor`` (the previous reply's ``next_cursor``).
+
+    The reply is ``{ok: true, result: [...], next_cursor}``; ``next_cursor`` is null on the last page.
+    A page also ends early when one more item would not fit under the server's max payload.
+    """
+
+    limit: int = Field(DEFAULT_PAGE_LIMIT, ge=1, le=MAX_PAGE_LIMIT, description="items per page at most")
+    cursor: str | None = Field(None, max_length=4096, description="next_cursor of the previous page")
+
+
+class SessionListRequest(PageRequest):
+    """session.list: every session, the children of ``parent_id``, or only roots; optionally by status.
+
+    Paged (``limit``, ``cursor``), in creation order.
+    """
 
     parent_id: SessionId | None = None
     roots_only: bool = False
     status: SessionStatus | None = None
+
+
+class SessionChildrenRequest(PageRequest):
+    """session.children: the children of a session, in creation order, paged."""
+
+    session_id: SessionId
 
 
 class SessionUpdateRequest(ControlRequest):
@@ -426,7 +450,7 @@ CONTROL_REQUESTS: dict[str, type[ControlRequest]] = {
     "session.ensure": SessionEnsureRequest,
     "session.get": SessionIdRequest,
     "session.list": SessionListRequest,
-    "session.children": SessionIdRequest,
+    "session.children": SessionChildrenRequest,
     "session.update": SessionUpdateRequest,
     "session.title": SessionTitleRequest,
     "session.complete": SessionCompleteRequest,
@@ -440,13 +464,13 @@ CONTROL_REQUESTS: dict[str, type[ControlRequest]] = {
     "take.check": TakeCheckRequest,
     "place.of": SessionIdRequest,
     "place.get": PlaceGetRequest,
-    "place.list": EmptyRequest,
+    "place.list": PageRequest,
     "place.update": PlaceUpdateRequest,
     "workspace.add": WorkspaceAddRequest,
-    "workspace.list": EmptyRequest,
+    "workspace.list": PageRequest,
     "workspace.remove": WorkspaceIdRequest,
     "platform.register": PlatformRegisterRequest,
     "platform.unregister": PlatformUnregisterRequest,
-    "platform.list": EmptyRequest,
+    "platform.list": PageRequest,
 }
 """``resource.verb`` → request model, for clients and the JSON Schema export."""

@@ -103,6 +103,7 @@ class OpenAIChatProvider:
         client: httpx.AsyncClient | None = None,
     ) -> None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._api_key = api_key
         self._client = client or httpx.AsyncClient(
             base_url=base_url.rstrip("/") + "/",
             headers=headers,
@@ -117,6 +118,11 @@ class OpenAIChatProvider:
         """Close the HTTP client."""
         await self._client.aclose()
 
+    def _said(self, response: httpx.Response) -> str:
+        """The start of a response body for an error message, with the API key redacted (some echo it)."""
+        text = response.text[:300 + len(self._api_key)]
+        return (text.replace(self._api_key, "[redacted]") if self._api_key else text)[:300]
+
     def _wait(self, state: RetryCallState) -> float:
         exc = state.outcome.exception() if state.outcome else None
         if isinstance(exc, RetryableStatus) and exc.retry_after_s is not None:
@@ -127,13 +133,13 @@ class OpenAIChatProvider:
         async def attempt() -> dict[str, Any]:
             response = await self._client.post(path, **kwargs)
             if response.status_code == 429 or response.status_code >= 500:
-                raise RetryableStatus(response.status_code, response.text, _retry_after(response))
+                raise RetryableStatus(response.status_code, self._said(response), _retry_after(response))
             if response.status_code >= 400:
-                raise ProviderError(f"provider refused the request: HTTP {response.status_code}: {response.text[:300]}")
+                raise ProviderError(f"provider refused the request: HTTP {response.status_code}: {self._said(response)}")
             try:
                 body = response.json()
             except ValueError as exc:
-                raise ProviderError(f"provider answered with non-JSON: {response.text[:300]}") from exc
+                raise ProviderError(f"provider answered with non-JSON: {self._said(response)}") from exc
             if not isinstance(body, dict):
                 raise ProviderError("provider answered with a non-object JSON body")
             return body

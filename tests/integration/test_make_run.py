@@ -45,6 +45,23 @@ async def test_make_run_answers_a_hand_published_message_and_stops_cleanly_on_ct
         stdout, stderr = await asyncio.wait_for(sender.communicate(), 60)
         assert sender.returncode == 0, stderr.decode()
         assert stdout.decode().strip() == "echo: hello by hand"
+        # README's quick start: the CLI finds the development credentials of its role by itself.
+        lookup = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "consumers.cli", "api", "session.get", f'{{"session_id": "{sid}"}}',
+            cwd=ROOT, env=send_env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )
+        stdout, stderr = await asyncio.wait_for(lookup.communicate(), 60)
+        assert lookup.returncode == 0, stderr.decode()
+        # A second `make run` on the same store (another port) or the same database is refused.
+        for changes in ({"TURNSTILE_DEV_NATS_PORT": str(free_port())},
+                        {"TURNSTILE_DEV_NATS_PORT": str(free_port()), "TURNSTILE_DEV_STORE_DIR": str(tmp_path / "n2")}):
+            second = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "consumers.devrun", cwd=ROOT, env=dict(env, **changes),
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            )
+            _, stderr = await asyncio.wait_for(second.communicate(), 60)
+            assert second.returncode == 2, stderr.decode()
+            assert "in use by another running turnstile" in stderr.decode()
     finally:
         if proc.returncode is None:
             os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C reaches make and its children

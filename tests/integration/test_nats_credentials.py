@@ -11,7 +11,7 @@ import pytest
 from nats.aio.client import Client
 from pydantic import SecretStr
 
-from consumers.nats_connect import connect_options
+from consumers.nats_connect import connect_options, redacted_url
 from consumers.nats_server import NatsServer
 from consumers.service import TurnstileService
 from consumers.settings import Settings
@@ -59,8 +59,10 @@ async def test_the_service_and_the_cli_connect_with_user_and_password(secured: N
 
 
 async def test_a_connection_without_credentials_is_refused(secured: NatsServer, tmp_path: Path) -> None:
+    client = Client()
     with pytest.raises(Exception, match="(?i)authorization"):
-        await nats.connect(secured.url, allow_reconnect=False, max_reconnect_attempts=0)
+        await client.connect(secured.url, allow_reconnect=False, max_reconnect_attempts=0)
+    await client.close()  # the refused connection's transport
 
 
 def test_a_missing_credentials_file_names_its_setting_and_no_secret_is_echoed(tmp_path: Path) -> None:
@@ -75,3 +77,9 @@ def test_a_missing_credentials_file_names_its_setting_and_no_secret_is_echoed(tm
         connect_options(only_password)
     assert PASSWORD not in str(refused.value)
     assert PASSWORD not in repr(only_password)
+
+
+def test_a_password_or_token_written_into_the_url_is_redacted_for_logs() -> None:
+    assert redacted_url(f"nats://svc:{PASSWORD}@127.0.0.1:4222") == "nats://svc:***@127.0.0.1:4222"
+    assert redacted_url(f"tls://{PASSWORD}@nats.example:4443") == "tls://***@nats.example:4443"
+    assert redacted_url("nats://127.0.0.1:4333") == "nats://127.0.0.1:4333"
