@@ -15,6 +15,7 @@ from consumers.actors import ActorRegistry
 from consumers.api import build_router
 from consumers.http_server import HttpServer
 from consumers.inbound import InboundLoop
+from consumers.inspector import inspector_routes
 from consumers.lease import OwnershipLease
 from consumers.nats_connect import broker_options
 from consumers.operations import control_operations
@@ -54,6 +55,7 @@ class TurnstileService:
         self.lost = asyncio.Event()
         # Health, metrics and the inspector register their routes on it before start().
         self.http = HttpServer(settings.http_host, settings.http_port)
+        self.http.add_routes(inspector_routes(self))
         self._started = False
 
     async def start(self) -> None:
