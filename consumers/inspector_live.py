@@ -4,8 +4,9 @@
 (``<prefix>.events.<sid>.>``) and a summary of each checkpoint it publishes
 (``<prefix>.checkpoint.<sid>``); without ``id``, every session's events. Each SSE
 ``data:`` line is one JSON object with ``kind`` = ``event`` (the event as published),
-``checkpoint`` (seq-less summary: the page re-reads the stream) or ``dropped`` (a slow
-reader missed ``count`` items). The stream ends when the client goes away or the
+``checkpoint`` (a summary plus the whole checkpoint under ``checkpoint``, so the page can
+show checkpoints the stream no longer keeps; core subscribers see no stream sequence) or
+``dropped`` (a slow reader missed ``count`` items). The stream ends when the client goes away or the
 service's broker connection closes, so an open page never holds up a stop.
 """
 
@@ -89,6 +90,7 @@ class LiveStream:
                 "generation": checkpoint.get("generation"),
                 "at": checkpoint.get("at"),
                 "size_bytes": len(msg.data),
+                "checkpoint": orjson.Fragment(msg.data),  # whole: the stream may not keep it for long
             })
 
     async def serve(self, request: web.Request) -> web.StreamResponse:

@@ -4,8 +4,12 @@
 
 const API = "/inspector/api";
 const LIVE_MAX_ITEMS = 200;
+const LIVE_CHECKPOINTS_KEPT = 50; // whole checkpoints seen live, kept in memory for the timeline
 
-const state = { selected: null, sessions: [], live: null, treeLive: null, refreshTimer: null, treeTimer: null };
+const state = {
+  selected: null, sessions: [], live: null, treeLive: null, refreshTimer: null, treeTimer: null,
+  timeline: null, liveCheckpoints: [],
+};
 
 function $(id) { return document.getElementById(id); }
 
@@ -79,9 +83,8 @@ function treeNode(session, byId, depth) {
     "data-session-id": session.id, title: session.id, onclick: () => select(session.id),
   },
   el("span", { class: "tree-label" }, session.label?.en || session.id),
-  el("span", { class: "tree-meta" }, badge(session.kind, `kind-${session.kind}`),
-    badge(session.status, `status-${session.status}`)),
-  el("span", { class: "tree-id" }, session.id));
+  el("span", { class: "tree-meta" }, el("span", { class: "tree-id" }, session.id),
+    badge(session.kind, `kind-${session.kind}`), badge(session.status, `status-${session.status}`)));
   return el("li", {}, row, children.length ? el("ul", {}, ...children.map((c) => treeNode(c, byId, depth + 1))) : null);
 }
 
@@ -96,6 +99,8 @@ async function select(sessionId) {
     row.classList.toggle("selected", row.dataset.sessionId === sessionId);
   }
   $("live").replaceChildren();
+  state.liveCheckpoints = [];
+  state.timeline = null;
   openLive(sessionId);
   await refreshSession();
 }
@@ -124,7 +129,9 @@ function renderHead(sessionId, body) {
   const facts = el("div", { class: "facts" });
   if (s) {
     facts.append(badge(s.kind, `kind-${s.kind}`), badge(s.status, `status-${s.status}`));
-    if (s.origin_platform) facts.append(badge(s.origin_platform, "muted"));
+    if (s.origin_platform) {
+      facts.append(badge([s.origin_platform, s.origin_chat?.name].filter(Boolean).join(" · "), "muted"));
+    }
     if (s.tokens) facts.append(badge(`${s.tokens.input} in / ${s.tokens.output} out tokens`, "muted"));
   } else {
     facts.append(badge("no record (checkpoints only)", "status-error"));
@@ -196,20 +203,35 @@ function transcriptItem(item) {
 // ---- the checkpoint timeline ---------------------------------------------------------------------
 
 function renderTimeline(sessionId, body) {
-  const rows = body.checkpoints.slice().reverse().map((c) => el("tr", {
-    class: "clickable", title: "View this checkpoint", tabindex: "0",
-    onclick: () => viewCheckpoint(sessionId, c.seq),
-  }, el("td", {}, String(c.seq)), el("td", {}, c.transition || ""), el("td", {}, String(c.state_version ?? "")),
-  el("td", {}, bytes(c.size_bytes)), el("td", {}, clock(c.at))));
-  $("timeline").replaceChildren(...rows);
-  $("checkpoint-note").textContent = `the stream keeps the last ${body.kept_per_session}; new ones show live`;
+  state.timeline = body;
+  const kept = new Set(body.checkpoints.map((c) => `${c.generation}:${c.state_version}`));
+  const rows = body.checkpoints.map((c) => ({ ...c, view: () => viewCheckpoint(sessionId, c.seq) }));
+  // Checkpoints seen live that the stream no longer keeps stay viewable from the page's memory.
+  for (const c of state.liveCheckpoints) {
+    if (!kept.has(`${c.generation}:${c.state_version}`)) {
+      rows.push({ ...c, seq: null, view: () => showCheckpoint(`Checkpoint v${c.state_version} of ${sessionId} (seen live)`, c.checkpoint) });
+    }
+  }
+  rows.sort((a, b) => (b.at - a.at) || ((b.state_version ?? 0) - (a.state_version ?? 0)));
+  $("timeline").replaceChildren(...rows.map((c) => el("tr", {
+    class: `clickable${c.seq === null ? " live-row" : ""}`, tabindex: "0",
+    title: c.seq === null ? "Seen live; the stream no longer keeps it" : "View this checkpoint",
+    onclick: c.view, onkeydown: (event) => { if (event.key === "Enter") c.view(); },
+  }, el("td", {}, c.seq === null ? "live" : String(c.seq)), el("td", {}, c.transition || ""),
+  el("td", {}, String(c.state_version ?? "")), el("td", {}, bytes(c.size_bytes)), el("td", {}, clock(c.at)))));
+  $("checkpoint-note").textContent = `the stream keeps the last ${body.kept_per_session}; more are kept here while the page is open`;
 }
 
-function addLiveCheckpoint(c) {
-  const row = el("tr", { class: "live-row", title: "Seen live; the stream may no longer keep it" },
-    el("td", {}, "live"), el("td", {}, c.transition || ""), el("td", {}, String(c.state_version ?? "")),
-    el("td", {}, bytes(c.size_bytes)), el("td", {}, clock(c.at)));
-  $("timeline").prepend(row);
+function addLiveCheckpoint(item) {
+  state.liveCheckpoints.push(item);
+  if (state.liveCheckpoints.length > LIVE_CHECKPOINTS_KEPT) state.liveCheckpoints.shift();
+  if (state.timeline) renderTimeline(state.selected, state.timeline);
+}
+
+function showCheckpoint(title, checkpoint) {
+  $("viewer-title").textContent = title;
+  $("viewer-body").textContent = pretty(checkpoint);
+  $("viewer").hidden = false;
 }
 
 async function viewCheckpoint(sessionId, seq) {
@@ -246,7 +268,7 @@ function addLiveItem(item) {
   let text;
   if (item.kind === "event") {
     const d = item.data || {};
-    text = [item.type, d.outcome, d.reason, d.turn_id].filter(Boolean).join(" · ");
+    text = [item.type, d.change, d.outcome, d.reason, d.turn_id].filter(Boolean).join(" · ");
   } else if (item.kind === "checkpoint") {
     text = `checkpoint · ${item.transition} · v${item.state_version} · ${bytes(item.size_bytes)}`;
   } else {

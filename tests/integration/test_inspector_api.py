@@ -160,6 +160,8 @@ async def test_live_events_arrive_as_server_sent_events(
     assert {e["type"] for e in events} >= {"turn.started", "turn.ended"}
     cp = next(e for e in received if e.get("kind") == "checkpoint")
     assert cp["session_id"] == sid and cp["transition"] and cp["size_bytes"] > 0
+    assert cp["checkpoint"]["session_id"] == sid and cp["checkpoint"]["state_version"] == cp["state_version"]
+    assert "snapshot" in cp["checkpoint"]
 
 
 async def test_an_open_live_stream_does_not_hold_up_the_service_stop(settings: Settings) -> None:
