@@ -14,7 +14,8 @@ from nats.aio.client import Client
 from consumers.service import TurnstileService
 from consumers.settings import Settings
 from schemas.subjects import Subjects
-from tests.integration.harness import Collector, api, inbound, publish_inbound, wait_for
+from tests.integration.harness import Collector, api, inbound, publish_inbound
+from tests.waiting import wait_for
 
 TOOL_TURN = '/tool knowledge_search {"query": "q"}\nhello <img src=x onerror=alert(1)>'
 
@@ -189,3 +190,15 @@ async def test_an_open_live_stream_does_not_hold_up_the_service_stop(settings: S
         listener.cancel()
         if not stopped:
             await service.stop()
+
+
+async def test_a_standby_serves_the_page_and_answers_its_endpoints_with_unavailable(settings: Settings) -> None:
+    standby = TurnstileService(settings)  # the endpoint listens before the lease is ours
+    await standby.http.start()
+    try:
+        assert (await _get(f"{standby.http.url}/inspector/")).status_code == 200
+        for path, params in (("sessions", {}), ("live", {}), ("checkpoints", {"id": "s1"})):
+            got = await _get(f"{standby.http.url}/inspector/api/{path}", **params)
+            assert (got.status_code, got.json()["code"]) == (503, "unavailable"), path
+    finally:
+        await standby.http.stop()

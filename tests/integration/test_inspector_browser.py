@@ -17,7 +17,8 @@ from nats.aio.client import Client
 from consumers.service import TurnstileService
 from schemas.subjects import Subjects
 from tests.integration.browser import Page, chromium_path, headless_chromium
-from tests.integration.harness import Collector, api, inbound, publish_inbound, wait_for
+from tests.integration.harness import Collector, api, inbound, publish_inbound
+from tests.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = chromium_path()
