@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -9,6 +10,8 @@ import orjson
 from aiohttp import web
 
 from core.errors import InvalidInput, NotFound, TurnstileError, Unavailable
+
+log = logging.getLogger(__name__)
 
 MAX_SESSION_ID_CHARS = 1024
 
@@ -36,13 +39,16 @@ def error_response(exc: TurnstileError) -> web.Response:
 
 
 def answering(handler: Callable[[web.Request], Awaitable[Any]]) -> Handler:
-    """Wrap a handler that returns JSON-ready data: turnstile errors become ``error_response``."""
+    """Wrap a handler that returns JSON-ready data: every error becomes ``error_response``."""
 
     async def handle(request: web.Request) -> web.StreamResponse:
         try:
             result = await handler(request)
         except TurnstileError as exc:
             return error_response(exc)
+        except Exception as exc:  # a broker or store failure: still {code, message}, never a bare 500 page
+            log.warning("inspector %s failed: %r", request.path, exc)
+            return error_response(TurnstileError(f"reading {request.path} failed: {exc!r}"))
         return json_response(result)
 
     return handle

@@ -202,3 +202,15 @@ async def test_a_standby_serves_the_page_and_answers_its_endpoints_with_unavaila
             assert (got.status_code, got.json()["code"]) == (503, "unavailable"), path
     finally:
         await standby.http.stop()
+
+
+async def test_a_failing_read_answers_internal_with_a_message(
+    service: TurnstileService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*_args: object, **_kwargs: object) -> None:
+        raise RuntimeError("the table is gone")
+
+    monkeypatch.setattr(service.manager, "list_sessions", broken)
+    got = await _get(f"{service.http.url}/inspector/api/sessions")
+    assert got.status_code == 500
+    assert got.json()["code"] == "internal" and "the table is gone" in got.json()["message"]
