@@ -88,11 +88,25 @@ async def test_the_page_shows_the_session_tree_its_transcript_with_a_tool_call_a
             assert f'"session_id": "{GROUP}"' in viewed
             await page.evaluate("document.getElementById('viewer-close').click()")
 
+        # Search by session id narrows the tree; clearing the search brings every session back.
+        await _search(page, "DM:7")
+        await page.wait_for("[...document.querySelectorAll('#tree .tree-row')].map(r => r.dataset.sessionId)"
+                            ".join() === 'tg:dm:7'", what="the tree narrowed to tg:dm:7")
+        await _search(page, "")
+        await page.wait_for("document.querySelectorAll('#tree .tree-row').length === 3", what="the whole tree again")
+
         shots = [REPO / "var" / "inspector.png"]
         if os.environ.get("TURNSTILE_UPDATE_DOCS_SCREENSHOT") == "1":
             shots.append(REPO / "docs" / "inspector.png")
         png = await page.screenshot(*shots)
     assert png.startswith(b"\x89PNG") and (REPO / "var" / "inspector.png").stat().st_size > 10_000
+
+
+async def _search(page: Page, text: str) -> None:
+    await page.evaluate(
+        f"(() => {{ const i = document.getElementById('search-input'); i.value = {json.dumps(text)};"
+        " i.dispatchEvent(new Event('input')); })()"
+    )
 
 
 async def _shows_the_session(page: Page, child_id: str) -> None:
