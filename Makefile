@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install run test test-unit test-integration test-soak bench bench-quick schemas clean
+.PHONY: install browser run test test-unit test-integration test-soak bench bench-quick schemas screenshot clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,13 +18,21 @@ run: $(STAMP)
 	@mkdir -p var
 	$(BIN)/python -m consumers.devrun
 
-test: $(STAMP)
+# Debian's chromium for the inspector's browser test (tests/integration/test_inspector_browser.py);
+# where it cannot be installed (not root, no apt) the test skips and says why.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+		echo "installing Debian's chromium for the inspector's browser test"; \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } \
+		|| echo "chromium could not be installed: the inspector's browser test will skip"; }
+
+test: $(STAMP) browser
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
 
-test-integration: $(STAMP)
+test-integration: $(STAMP) browser
 	$(BIN)/python -m pytest tests/integration $(PYTEST_ARGS)
 
 # The issue-sized crash soak (50 sessions × 20 messages, 10 SIGKILLs); TURNSTILE_SOAK_* set seed and sizes.
@@ -43,6 +51,10 @@ bench-quick: $(VENV)/.bench-installed
 
 schemas: $(STAMP)
 	$(BIN)/python -m schemas.export docs/schemas
+
+# Re-take docs/inspector.png (the README's picture of the inspector) with the browser test.
+screenshot: $(STAMP) browser
+	TURNSTILE_UPDATE_DOCS_SCREENSHOT=1 $(BIN)/python -m pytest tests/integration/test_inspector_browser.py -q
 
 clean:
 	rm -rf var .pytest_cache

@@ -17,6 +17,7 @@ from consumers.connect import wait_for_broker
 from consumers.http_server import HttpServer
 from consumers.inbound import InboundLoop
 from consumers.inflight import recover_inflight
+from consumers.inspector import inspector_routes
 from consumers.lease import OwnershipLease
 from consumers.nats_connect import broker_options, connect_options
 from consumers.operations import control_operations
@@ -56,6 +57,7 @@ class TurnstileService:
         self.lost = asyncio.Event()
         # Health, metrics and the inspector register their routes on it before start().
         self.http = HttpServer(settings.http_host, settings.http_port)
+        self.http.add_routes(inspector_routes(self))
         self._started = False
 
     async def start(self, patient: bool = False) -> None:
