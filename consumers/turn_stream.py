@@ -35,7 +35,7 @@ class TurnStream:
 
     async def typing(self, round_no: int) -> None:
         """The turn starts (or resumes): show "typing…"."""
-        self._seq, self._round, self._text = 0, round_no, ""
+        self._seq, self._round, self._text = 0, 0, ""  # the next text resets what a client shows
         await self._send("typing", round_no, "", reset=False)
 
     async def text(self, round_no: int, text: str) -> None:

@@ -92,8 +92,8 @@ class StreamChunk(WireModel):
 
     ``typing`` (``seq`` 0) when a turn starts or resumes; then ``text`` chunks while the model
     writes, ``seq`` 1, 2, … in order. ``delta`` extends the text of the same ``round`` shown so
-    far; ``reset`` means start that text again from ``delta`` (a new model round, or an attempt
-    retried after the provider failed midway). ``text_chars`` is the length of the round's text
+    far; ``reset`` means start that text again from ``delta`` (the first text after typing, a new
+    model round, or an attempt retried after the provider failed midway). ``text_chars`` is the length of the round's text
     with this chunk, so a client that missed a chunk can tell (``seq`` too).
     """
 

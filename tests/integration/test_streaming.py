@@ -69,7 +69,7 @@ def round_text(seen: list[StreamChunk], round_no: int) -> str:
     return text
 
 
-@pytest.mark.rule("KS-10", "SM-15")
+@pytest.mark.rule("KS-10")
 @pytest.mark.timeout(120)
 async def test_partial_text_streams_on_core_nats_and_the_durable_reply_follows(
     openai_process: ServiceProcess, fake_openai: FakeOpenAI, nc: Client, subjects: Subjects

@@ -13,6 +13,7 @@ from core.errors import ProviderError
 from core.providers import ModelRequest, OpenAIChatProvider, ToolSpec
 from core.providers.chat_stream import StreamAssembler
 
+from .conftest import Recorder, SessionFactory
 from .fake_openai import FakeOpenAI, Streamed, chunks_of, completion
 
 
@@ -165,3 +166,26 @@ async def test_optional_parameters_are_sent_only_when_configured() -> None:
     # The service default sends none: many OpenAI-compatible servers refuse reasoning_effort.
     assert Settings.model_fields["reasoning_effort"].default == ""
     assert Settings.model_fields["openai_stream"].default is True
+
+
+async def test_the_turn_loop_hands_each_rounds_partial_text_to_the_sessions_watcher(
+    make_session: SessionFactory,
+) -> None:
+    seen: list[tuple[int, str]] = []
+
+    async def watch(round_no: int, text: str) -> None:
+        seen.append((round_no, text))
+
+    async with FakeOpenAI() as server:
+        server.replies += [
+            (200, completion("Checking.", tool_calls=[{"id": "c1", "name": "reply", "arguments": {"text": "wait"}}]), {}),
+            (200, completion("Done now."), {}),
+        ]
+        provider = _provider(server.url)
+        session = await make_session(provider=provider)
+        session.partial_text = watch
+        await session.begin_user_turn("hi")
+        assert await session.run_pending_turn("op", Recorder()) == "Done now."
+        await provider.aclose()
+    assert [t for r, t in seen if r == 1][-1] == "Checking." and [t for r, t in seen if r == 2][-1] == "Done now."
+    assert [r for r, _ in seen] == sorted(r for r, _ in seen)
