@@ -40,6 +40,12 @@ class StreamAssembler:
     calls: dict[int, _PartialCall] = field(default_factory=dict)
     usage: Usage = field(default_factory=Usage)
     done: bool = False
+    finish_reason: str | None = None
+
+    @property
+    def complete(self) -> bool:
+        """The answer ended: ``[DONE]`` came, or at least a ``finish_reason`` (a server may omit ``[DONE]``)."""
+        return self.done or self.finish_reason is not None
 
     @property
     def text(self) -> str:
@@ -73,6 +79,8 @@ class StreamAssembler:
         choices = chunk.get("choices") or []
         if not choices:
             return False
+        if choices[0].get("finish_reason"):
+            self.finish_reason = str(choices[0]["finish_reason"])
         delta = choices[0].get("delta") or {}
         grew = False
         content = delta.get("content")

@@ -168,8 +168,8 @@ class OpenAIChatProvider:
                         await on_text(assembler.text)
                     if assembler.done:
                         break
-                if not assembler.done:
-                    raise httpx.RemoteProtocolError("the stream ended before data: [DONE]")
+                if not assembler.complete:
+                    raise httpx.RemoteProtocolError("the stream ended before the answer did")
                 return assembler.response()
 
         return await self._retried(attempt)

@@ -102,6 +102,14 @@ def test_the_assembler_takes_whole_calls_without_index_and_keeps_bad_json_visibl
     ]
 
 
+def test_a_stream_without_done_is_complete_once_a_finish_reason_came() -> None:
+    assembler = StreamAssembler()
+    assembler.feed({"choices": [{"delta": {"content": "hi"}}]})
+    assert not assembler.complete  # cut here: retried
+    assembler.feed({"choices": [{"delta": {}, "finish_reason": "stop"}]})
+    assert assembler.complete and not assembler.done
+
+
 async def test_429_and_500_before_the_stream_are_retried_with_backoff() -> None:
     async with FakeOpenAI() as server:
         server.replies += [
