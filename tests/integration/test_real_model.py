@@ -22,7 +22,7 @@ from schemas.subjects import Subjects
 from tests.integration.harness import Collector, inbound, publish_inbound, wait_for
 from tests.integration.ks_helpers import events_of
 from tests.integration.service_process import ServiceProcess
-from tests.integration.test_streaming import PRIVATE, chunks, round_text
+from tests.integration.stream_helpers import PRIVATE, chunks, round_text
 from tests.unit.engine.fake_openai import FakeOpenAI, Streamed
 
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -18,13 +18,12 @@ from nats.js.errors import NotFoundError
 
 from consumers.settings import Settings
 from schemas.subjects import Subjects
-from schemas.wire import StreamChunk
 from tests.integration.harness import Collector, inbound, publish_inbound, wait_for
 from tests.integration.ks_helpers import events_of, last_snapshot, results_by_call, transitions
 from tests.integration.service_process import ServiceProcess
+from tests.integration.stream_helpers import PRIVATE, chunks, round_text
 from tests.unit.engine.fake_openai import FakeOpenAI, Streamed, chunks_of, completion
 
-PRIVATE = {"type": "private", "target_id": "u", "multi_party": False}
 FINAL = "It is sunny today, 21 degrees."
 
 
@@ -53,20 +52,6 @@ def _tool_round() -> dict[str, Any]:
         {"id": "call_b", "name": "knowledge_search", "arguments": {"query": "weather"}},
     ], usage=(11, 4))
     return body
-
-
-def chunks(stream: Collector) -> list[StreamChunk]:
-    return [StreamChunk.model_validate_json(m.data) for m in stream.messages]
-
-
-def round_text(seen: list[StreamChunk], round_no: int) -> str:
-    """What a client shows for a round: its deltas, started again at each reset."""
-    text = ""
-    for chunk in seen:
-        if chunk.type == "text" and chunk.round == round_no:
-            text = chunk.delta if chunk.reset else text + chunk.delta
-            assert len(text) == chunk.text_chars
-    return text
 
 
 @pytest.mark.rule("KS-10")
