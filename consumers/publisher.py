@@ -187,6 +187,10 @@ class Publisher:
             headers={"Nats-Msg-Id": msg_id},
         )
 
+    async def ephemeral(self, subject: str, payload: bytes) -> None:
+        """Publish on core NATS only (no stream stores it, no ack): turn progress (``consumers/turn_stream.py``)."""
+        await self._nc.publish(subject, payload)
+
     async def dead_letter(
         self, subject: str, raw: bytes, headers: dict[str, str] | None, code: str, message: str,
         *, stream_seq: int | None = None, session_id: str | None = None, dlq_subject: str | None = None,

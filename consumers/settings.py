@@ -50,7 +50,14 @@ class Settings(BaseSettings):
     openai_base_url: str = Field("https://api.openai.com/v1", description="OpenAI-compatible API base URL (provider `openai`)")
     openai_api_key: SecretStr = Field(SecretStr(""), description="API key for the OpenAI-compatible provider (never logged)")
     model: str = Field("scripted", description="model name passed to the provider")
-    reasoning_effort: str = Field("medium", description="reasoning effort passed to the provider")
+    reasoning_effort: str = Field(
+        "", description="reasoning effort sent to the provider (`low`, `medium`, `high`); empty: not sent, as many "
+        "OpenAI-compatible servers refuse the field",
+    )
+    openai_stream: bool = Field(
+        True, description="request streamed completions (`stream: true`); partial text is published on "
+        "`<prefix>.stream.<platform>.<sid>` while the model writes",
+    )
     context_window_tokens: int = Field(32_000, gt=0, description="context window; older turns are summarised beyond it (KS-21)")
     system_prompt: str = Field("You are a helpful assistant.", description="the complete system prompt (turnstile never composes prompts)")
     provider_timeout_s: float = Field(60.0, gt=0, description="timeout of one provider call")

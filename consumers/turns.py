@@ -33,6 +33,7 @@ from consumers.finisher import TurnFinisher
 from consumers.publisher import Publisher
 from consumers.retry_policy import OwnershipLost, TurnRetryPolicy
 from consumers.transitions import transition_of
+from consumers.turn_stream import TurnStream
 from consumers.turn_ports import EngineFactory, SessionBook, chat_of, external_id_of, principal_of, turn_usage, work_of
 from core.engine import FORMAT_VERSION, Session, SessionOptions, TurnExhausted
 from core.engine.snapshot import EncodedSnapshot
@@ -334,7 +335,8 @@ class TurnRunner(ReplyDelivery):
                 await self._drop(staged, inbound, "not_staged", "empty input, a completed session or a duplicate")
                 return
         await self.turn_started(
-            engine, inbound_id=inbound.id, from_elsewhere=from_elsewhere(inbound, self._book.get_session)
+            engine, platform=inbound.platform, inbound_id=inbound.id,
+            from_elsewhere=from_elsewhere(inbound, self._book.get_session),
         )
         try:
             outcome, error = await self.run(engine, checkpoint)
@@ -389,12 +391,19 @@ class TurnRunner(ReplyDelivery):
         await self._finisher.wait()
 
     # -- turn steps shared with control commands ------------------------------------------
-    async def turn_started(self, engine: Session, **data: Any) -> None:
-        """SM-16 bookkeeping (written behind; the manager's lock keeps the order) and ``turn.started``."""
+    async def turn_started(self, engine: Session, *, platform: str | None = None, **data: Any) -> None:
+        """SM-16 bookkeeping (written behind; the manager's lock keeps the order) and ``turn.started``;
+        with the ``platform`` to answer on, the typing signal and the turn's partial text follow on
+        ``<prefix>.stream.<platform>.<sid>`` (``consumers/turn_stream.py``)."""
         self._behind.append(asyncio.ensure_future(self._book.turn_started(self.session_id)))
         self._unsettled.append(await self._pub.emit(self.session_id, "turn.started", {
             **data, "turn_id": engine.turn_id, "mode": engine.state.mode.kind, "generation": self._generation,
         }))
+        engine.partial_text = None
+        if platform is not None and self._generation is not None:
+            stream = TurnStream(self._pub, platform, self.session_id, self._generation, str(engine.turn_id))
+            engine.partial_text = stream.text
+            await stream.typing(engine.state.rounds_used + 1)
 
     async def turn_ended(self, engine: Session, outcome: str, error: str | None, **data: Any) -> None:
         """SM-15 usage, SM-13/14/16 bookkeeping and the ``turn.ended`` event."""

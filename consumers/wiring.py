@@ -186,7 +186,8 @@ def build_provider(settings: Settings) -> Provider:
         from core.providers.openai_chat import OpenAIChatProvider
 
         return OpenAIChatProvider(
-            settings.openai_base_url, secret_value(settings.openai_api_key), timeout_s=settings.provider_timeout_s
+            settings.openai_base_url, secret_value(settings.openai_api_key), timeout_s=settings.provider_timeout_s,
+            stream=settings.openai_stream,
         )
     raise InvalidInput(f"unknown provider {settings.provider!r} (scripted | openai)")
 

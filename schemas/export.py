@@ -8,11 +8,21 @@ from pathlib import Path
 import orjson
 from pydantic import BaseModel
 
-from schemas.wire import Checkpoint, ControlError, DeadLetter, ErrorBody, Event, InboundMessage, OutboundReply
+from schemas.wire import (
+    Checkpoint,
+    ControlError,
+    DeadLetter,
+    ErrorBody,
+    Event,
+    InboundMessage,
+    OutboundReply,
+    StreamChunk,
+)
 
 WIRE_MODELS: dict[str, type[BaseModel]] = {
     "inbound": InboundMessage,
     "outbound": OutboundReply,
+    "stream_chunk": StreamChunk,
     "event": Event,
     "checkpoint": Checkpoint,
     "dead_letter": DeadLetter,

@@ -37,6 +37,14 @@ class Subjects:
     def outbound_all(self) -> str:
         return f"{self.prefix}.outbound.>"
 
+    def stream(self, platform: str, session_id: str | None) -> str:
+        """Ephemeral turn progress (typing, partial text): core NATS, captured by no stream."""
+        return f"{self.prefix}.stream.{_platform(platform)}.{encode_sid(session_id)}"
+
+    @property
+    def stream_all(self) -> str:
+        return f"{self.prefix}.stream.>"
+
     # -- checkpoints / events -------------------------------------------------
     def checkpoint(self, session_id: str) -> str:
         return f"{self.prefix}.checkpoint.{encode_sid(session_id)}"

@@ -86,6 +86,28 @@ class OutboundReply(WireModel):
     objects: list[dict[str, Any]] = Field(default_factory=list)
 
 
+class StreamChunk(WireModel):
+    """Ephemeral progress of a turn on ``<prefix>.stream.<platform>.<sid-token>`` (core NATS: not
+    stored, not replayed, may be missed). The outbound reply stays the only durable answer.
+
+    ``typing`` (``seq`` 0) when a turn starts or resumes; then ``text`` chunks while the model
+    writes, ``seq`` 1, 2, … in order. ``delta`` extends the text of the same ``round`` shown so
+    far; ``reset`` means start that text again from ``delta`` (the first text after typing, a new
+    model round, or an attempt retried after the provider failed midway). ``text_chars`` is the length of the round's text
+    with this chunk, so a client that missed a chunk can tell (``seq`` too).
+    """
+
+    type: Literal["typing", "text"]
+    session_id: str
+    generation: int
+    turn_id: str
+    seq: int = Field(ge=0, description="running number of this turn's chunks since its typing signal")
+    round: int = Field(ge=1, description="model round of the turn the text belongs to")
+    delta: str = ""
+    reset: bool = Field(False, description="discard the text shown for the turn; this delta starts it again")
+    text_chars: int = Field(0, ge=0, description="length of the round's text once this delta is added")
+
+
 EventType = Literal[
     "session.created",
     "session.updated",

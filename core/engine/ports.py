@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol, runtime_checkable
 
 Clock = Callable[[], datetime]
+
+PartialText = Callable[[int, str], Awaitable[None]]
+"""Watches a turn's answer as the model writes it: (model round, text of the round so far).
+Set on ``Session.partial_text`` by the shell for the turn it runs; None: nobody watches."""
 
 
 def utc_now() -> datetime:

@@ -22,7 +22,7 @@ from core.engine.journal import EntryKind, HistoryJournal, JournalEntry
 from core.engine.knowledge import KnowledgeStore
 from core.engine.objects import ResolvedObject, transport_kind_for
 from core.engine.options import RuntimeModel, SessionOptions, WorkBinding
-from core.engine.ports import Clock, HistoryReader, SameSessionOnly, TakePolicy, iso, utc_now
+from core.engine.ports import Clock, HistoryReader, PartialText, SameSessionOnly, TakePolicy, iso, utc_now
 from core.engine.reducer import apply
 from core.engine.session_view import SessionView
 from core.engine.snapshot import EncodedSnapshot, encode_snapshot, state_from_snapshot
@@ -77,6 +77,8 @@ class Session(SessionView):
         self.leases = leases
         self.clock = clock
         self.last_usage = Usage()
+        # Partial text of streamed model answers goes here (the shell sets it per turn).
+        self.partial_text: PartialText | None = None
         self._object_bytes: dict[str, bytes] = {}
         self._running_op: str | None = None
         self._inflight: asyncio.Future[Any] | None = None

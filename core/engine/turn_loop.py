@@ -23,11 +23,12 @@ from typing import TYPE_CHECKING
 from core.engine.chatend import project_messages
 from core.engine.journal import EntryKind
 from core.engine.lifecycle import interrupted_result
+from core.engine.ports import PartialText
 from core.engine.recovery import recover_context
 from core.engine.state import OpenCall
 from core.engine.tools import ToolContext, ToolOutcome, validate_arguments
 from core.errors import Conflict, ProviderError, TurnstileError
-from core.providers.base import ModelRequest, ModelResponse
+from core.providers.base import ModelRequest, ModelResponse, TextSink
 
 if TYPE_CHECKING:
     from core.engine.session import Checkpoint, Draft, Session
@@ -86,7 +87,19 @@ def _request(session: Session) -> ModelRequest:
         system_prompt=session.system_prompt,
         messages=project_messages(state.transcript),
         tools=session.tools.specs_for(state.mode.kind, has_work=state.work is not None),
+        on_text=_round_text(session.partial_text, state.rounds_used + 1),
     )
+
+
+def _round_text(watcher: PartialText | None, round_no: int) -> TextSink | None:
+    """The provider's text sink for one model round: the watcher told which round it is."""
+    if watcher is None:
+        return None
+
+    async def on_text(text: str) -> None:
+        await watcher(round_no, text)
+
+    return on_text
 
 
 def _response_payload(session: Session, response: ModelResponse) -> dict[str, object]:

@@ -1,12 +1,22 @@
-"""The model-provider port: one request in, one response (text, tool calls, usage) out."""
+"""The model-provider port: one request in, one response (text, tool calls, usage) out.
+
+A provider that streams reports the text of the answer as it arrives through the request's
+optional ``on_text`` callback; the response it returns is still the whole answer.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
 Purpose = Literal["chat", "summary"]
+
+TextSink = Callable[[str], Awaitable[None]]
+"""Receives the text a streaming provider has so far (the whole text of the attempt, not a
+delta), each time it grows. A retried attempt starts again from its first characters, so a
+call's text need not extend the previous call's. Best effort: it must not raise."""
 
 
 class ToolCall(BaseModel):
@@ -57,6 +67,8 @@ class ModelRequest(BaseModel):
     messages: list[dict[str, Any]]
     tools: list[ToolSpec] = Field(default_factory=list)
     purpose: Purpose = "chat"
+    # Partial text of a streamed answer (None: nobody watches). Never serialised.
+    on_text: TextSink | None = Field(default=None, exclude=True, repr=False)
 
 
 class ModelResponse(BaseModel):

@@ -1,14 +1,22 @@
-"""OpenAI-compatible chat-completions provider (httpx): tools, usage, timeouts, retries.
+"""OpenAI-compatible chat-completions provider (httpx): tools, usage, timeouts, retries, streaming.
 
 Retries use exponential backoff with jitter (tenacity) on 429, 5xx and transport
 errors (connect failures, timeouts), honouring ``Retry-After`` up to the backoff
 ceiling; other 4xx fail at once. Cancelling the calling task cancels the HTTP
 request and any backoff sleep.
+
+With ``stream=True`` (the default) a completion is requested with ``stream: true`` and
+assembled from its chunks (``core.providers.chat_stream``); the text so far goes to the
+request's ``on_text`` as it grows. A stream cut off or timed out between chunks is retried
+like any transport error, from the start. A server that ignores ``stream`` and answers
+with one JSON body is understood too. Optional parameters (``reasoning_effort``) are sent
+only when set: many OpenAI-compatible servers refuse fields they do not know.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import httpx
 import orjson
@@ -16,6 +24,10 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 
 from core.errors import ProviderError
 from core.providers.base import ModelRequest, ModelResponse, ToolCall, Transcription, Usage, estimate_tokens
+from core.providers.chat_stream import StreamAssembler, StreamFailed, parse_arguments
+
+T = TypeVar("T")
+JSON_HEADERS = {"Content-Type": "application/json"}
 
 
 class RetryableStatus(Exception):
@@ -28,7 +40,7 @@ class RetryableStatus(Exception):
 
 
 def _retryable(exc: BaseException) -> bool:
-    return isinstance(exc, (RetryableStatus, httpx.TransportError))
+    return isinstance(exc, (RetryableStatus, StreamFailed, httpx.TransportError))
 
 
 def _retry_after(response: httpx.Response) -> float | None:
@@ -58,16 +70,6 @@ def to_wire_messages(request: ModelRequest) -> list[dict[str, Any]]:
     return out
 
 
-def _parse_arguments(raw: Any) -> dict[str, Any]:
-    if isinstance(raw, dict):
-        return raw
-    try:
-        value = orjson.loads(raw or "{}")
-    except orjson.JSONDecodeError:
-        return {"__invalid_json__": str(raw)}
-    return value if isinstance(value, dict) else {"__invalid_json__": str(raw)}
-
-
 def parse_completion(body: dict[str, Any]) -> ModelResponse:
     """A chat-completions response body → ModelResponse; ProviderError when malformed."""
     try:
@@ -75,7 +77,7 @@ def parse_completion(body: dict[str, Any]) -> ModelResponse:
     except (KeyError, IndexError, TypeError) as exc:
         raise ProviderError(f"malformed completion: {str(body)[:300]}") from exc
     calls = [
-        ToolCall(id=c["id"], name=c["function"]["name"], arguments=_parse_arguments(c["function"].get("arguments")))
+        ToolCall(id=c["id"], name=c["function"]["name"], arguments=parse_arguments(c["function"].get("arguments")))
         for c in message.get("tool_calls") or []
     ]
     usage = body.get("usage") or {}
@@ -100,6 +102,7 @@ class OpenAIChatProvider:
         backoff_initial_s: float = 0.5,
         backoff_max_s: float = 20.0,
         transcription_model: str = "whisper-1",
+        stream: bool = True,
         client: httpx.AsyncClient | None = None,
     ) -> None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -113,14 +116,15 @@ class OpenAIChatProvider:
         self._backoff = wait_exponential_jitter(multiplier=backoff_initial_s, max=backoff_max_s, jitter=backoff_initial_s)
         self._backoff_max_s = backoff_max_s
         self._transcription_model = transcription_model
+        self._stream = stream
 
     async def aclose(self) -> None:
         """Close the HTTP client."""
         await self._client.aclose()
 
-    def _said(self, response: httpx.Response) -> str:
+    def _said(self, text: str) -> str:
         """The start of a response body for an error message, with the API key redacted (some echo it)."""
-        text = response.text[:300 + len(self._api_key)]
+        text = text[:300 + len(self._api_key)]
         return (text.replace(self._api_key, "[redacted]") if self._api_key else text)[:300]
 
     def _wait(self, state: RetryCallState) -> float:
@@ -129,21 +133,8 @@ class OpenAIChatProvider:
             return min(exc.retry_after_s, self._backoff_max_s)
         return float(self._backoff(state))
 
-    async def _post(self, path: str, **kwargs: Any) -> dict[str, Any]:
-        async def attempt() -> dict[str, Any]:
-            response = await self._client.post(path, **kwargs)
-            if response.status_code == 429 or response.status_code >= 500:
-                raise RetryableStatus(response.status_code, self._said(response), _retry_after(response))
-            if response.status_code >= 400:
-                raise ProviderError(f"provider refused the request: HTTP {response.status_code}: {self._said(response)}")
-            try:
-                body = response.json()
-            except ValueError as exc:
-                raise ProviderError(f"provider answered with non-JSON: {self._said(response)}") from exc
-            if not isinstance(body, dict):
-                raise ProviderError("provider answered with a non-object JSON body")
-            return body
-
+    async def _retried(self, attempt: Callable[[], Awaitable[T]]) -> T:
+        """Run ``attempt`` with backoff on 429 / 5xx / transport errors; ProviderError when it gives up."""
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self._max_attempts),
             wait=self._wait,
@@ -154,14 +145,43 @@ class OpenAIChatProvider:
             async for state in retrying:
                 with state:
                     return await attempt()
-        except RetryableStatus as exc:
+        except (RetryableStatus, StreamFailed) as exc:
             raise ProviderError(f"provider kept failing after {self._max_attempts} attempts: {exc}") from exc
         except httpx.TransportError as exc:
             raise ProviderError(f"provider unreachable after {self._max_attempts} attempts: {exc!r}") from exc
         raise ProviderError("retry loop ended without a result")  # pragma: no cover - tenacity always yields
 
+    async def _post(self, path: str, **kwargs: Any) -> dict[str, Any]:
+        async def attempt() -> dict[str, Any]:
+            response = await self._client.post(path, **kwargs)
+            _raise_for_status(response.status_code, self._said(response.text), response)
+            return _json_body(response, self._said)
+
+        return await self._retried(attempt)
+
+    async def _post_streamed(self, body: bytes, on_text: Callable[[str], Awaitable[None]] | None) -> ModelResponse:
+        async def attempt() -> ModelResponse:
+            async with self._client.stream("POST", "chat/completions", content=body, headers=JSON_HEADERS) as response:
+                if response.status_code >= 400:
+                    text = (await response.aread()).decode(errors="replace")
+                    _raise_for_status(response.status_code, self._said(text), response)
+                if not response.headers.get("content-type", "").startswith("text/event-stream"):
+                    await response.aread()
+                    return parse_completion(_json_body(response, self._said))  # the server ignored "stream"
+                assembler = StreamAssembler()
+                async for line in response.aiter_lines():
+                    if assembler.feed_line(line) and on_text is not None:
+                        await on_text(assembler.text)
+                    if assembler.done:
+                        break
+                if not assembler.complete:
+                    raise httpx.RemoteProtocolError("the stream ended before the answer did")
+                return assembler.response()
+
+        return await self._retried(attempt)
+
     async def complete(self, request: ModelRequest) -> ModelResponse:
-        """One chat completion with tools."""
+        """One chat completion with tools (streamed unless the provider was built with ``stream=False``)."""
         body: dict[str, Any] = {"model": request.model, "messages": to_wire_messages(request)}
         if request.tools:
             body["tools"] = [
@@ -170,7 +190,11 @@ class OpenAIChatProvider:
             ]
         if request.reasoning_effort:
             body["reasoning_effort"] = request.reasoning_effort
-        payload = await self._post("chat/completions", content=orjson.dumps(body), headers={"Content-Type": "application/json"})
+        if self._stream:
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
+            return await self._post_streamed(orjson.dumps(body), request.on_text)
+        payload = await self._post("chat/completions", content=orjson.dumps(body), headers=JSON_HEADERS)
         return parse_completion(payload)
 
     async def transcribe(self, audio: bytes, media_type: str, prompt: str, *, model: str) -> Transcription:
@@ -189,3 +213,20 @@ class OpenAIChatProvider:
                 output_tokens=int(usage.get("output_tokens", estimate_tokens(text))),
             ),
         )
+
+
+def _raise_for_status(status: int, text: str, response: httpx.Response) -> None:
+    if status == 429 or status >= 500:
+        raise RetryableStatus(status, text, _retry_after(response))
+    if status >= 400:
+        raise ProviderError(f"provider refused the request: HTTP {status}: {text[:300]}")
+
+
+def _json_body(response: httpx.Response, said: Callable[[str], str]) -> dict[str, Any]:
+    try:
+        body = response.json()
+    except ValueError as exc:
+        raise ProviderError(f"provider answered with non-JSON: {said(response.text)}") from exc
+    if not isinstance(body, dict):
+        raise ProviderError("provider answered with a non-object JSON body")
+    return body
