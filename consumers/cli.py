@@ -11,9 +11,12 @@ import sys
 import uuid
 
 import orjson
+from pydantic import ValidationError
 
+from consumers.logs import configure_logging
 from consumers.nats_connect import connect_options
 from consumers.settings import Settings
+from consumers.startup import EXIT_SETTINGS, StartupError
 
 STOP_BOUND_S = 30.0  # beyond the drain timeout: flushing and closing connections
 RETRY_DELAY_S = 1.0  # between failed takeovers
@@ -38,8 +41,12 @@ def main(argv: list[str] | None = None) -> int:
     rp.add_argument("--from-seq", type=int, default=None, help="start at this stream sequence")
     rp.add_argument("--since", default=None, help="start at this time (ISO 8601, e.g. 2026-11-30T10:00:00+00:00)")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    settings = Settings()
+    try:
+        settings = Settings()
+    except ValidationError as exc:
+        print(f"turnstile: {invalid_settings(exc)}", file=sys.stderr)
+        return EXIT_SETTINGS
+    configure_logging(settings)
     if args.command == "run":
         return asyncio.run(_run(settings))
     if args.command == "send":
@@ -47,6 +54,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "replay":
         return asyncio.run(_replay(settings, args.what, args.session, args.from_seq, args.since))
     return asyncio.run(_api(settings, args.operation, args.body, args.timeout))
+
+
+def invalid_settings(exc: ValidationError) -> str:
+    """One line naming each ``TURNSTILE_*`` variable the settings refused."""
+    parts = []
+    for error in exc.errors():
+        name = "_".join(str(p) for p in error.get("loc", ())).upper()
+        parts.append(f"TURNSTILE_{name}: {error.get('msg', 'invalid')}")
+    return "invalid setting " + "; ".join(parts)
 
 
 async def _run(settings: Settings) -> int:
@@ -81,9 +97,10 @@ async def serve(service: object, stop: asyncio.Event) -> int:
     A lost ownership lease (broker away past the TTL, or a pause) does not end the
     process: the service has fenced itself; it is stopped and a fresh one competes for
     ownership again, waiting for the broker as long as it takes. Exit code 0 on a
-    requested stop, 4 when the broker cannot be reached at start (one log line).
+    requested stop; a refused start (broker, database, provider, settings) logs one
+    error line naming the setting and exits with ``StartupError.exit_code`` (2-5,
+    ``consumers/startup.py``).
     """
-    from consumers.connect import BrokerUnreachable
     from consumers.service import TurnstileService
 
     assert isinstance(service, TurnstileService)
@@ -93,11 +110,11 @@ async def serve(service: object, stop: asyncio.Event) -> int:
     while True:
         try:
             outcome = await _serve_term(service, stop, patient, log)
-        except BrokerUnreachable as exc:
-            log.error("%s", exc)
-            await service.stop()
-            return 4
         except Exception as exc:
+            if isinstance(exc, StartupError) and not patient:
+                log.error("%s", exc)
+                await service.stop()
+                return exc.exit_code
             if not patient:
                 raise
             # The broker went away again while we were taking over: compete afresh.

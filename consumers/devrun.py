@@ -17,6 +17,7 @@ import signal
 import sys
 from pathlib import Path
 
+from consumers.logs import configure_logging
 from consumers.nats_server import NatsServer, NatsServerError, port_in_use
 from consumers.settings import Settings
 
@@ -24,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 async def _main() -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(Settings())
     log = logging.getLogger("turnstile.devrun")
     server: NatsServer | None = None
     if not os.environ.get("TURNSTILE_NATS_URL"):
