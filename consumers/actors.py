@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -48,6 +49,7 @@ class Work:
 
     staged: StagedMessage
     inbound: InboundMessage
+    queued_at: float = field(default_factory=time.monotonic)  # reply latency starts here
 
 
 @dataclass
@@ -123,6 +125,7 @@ class SessionActor:
                     if isinstance(item, Command):
                         await self._serve(item)
                     else:
+                        self.runner.received_at = item.queued_at
                         await self.runner.handle(item.staged, item.inbound)
                     handled = True
                     await self.runner.settle_checkpoints()  # no checkpoint stays unacknowledged between items
@@ -182,6 +185,10 @@ class ActorRegistry:
 
     def __len__(self) -> int:
         return len(self._actors)
+
+    def queued(self) -> int:
+        """Items waiting in all mailboxes (metrics)."""
+        return sum(actor.mailbox.qsize() for actor in self._actors.values())
 
     def get(self, session_id: str) -> SessionActor | None:
         return self._actors.get(session_id)

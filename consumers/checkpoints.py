@@ -18,7 +18,11 @@ journal (the journal, committed before each checkpoint, is the write-ahead recor
 from __future__ import annotations
 
 import asyncio
-from typing import Protocol
+import time
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from consumers.metrics import Metrics
 
 
 class CheckpointPublisher(Protocol):
@@ -34,9 +38,11 @@ class CheckpointPublisher(Protocol):
 class CheckpointChain:
     """One session's fence (the last stored sequence) and its checkpoint still awaiting an ack."""
 
-    def __init__(self, session_id: str, publisher: CheckpointPublisher) -> None:
+    def __init__(self, session_id: str, publisher: CheckpointPublisher, metrics: Metrics | None = None) -> None:
         self._session_id = session_id
         self._pub = publisher
+        self._metrics = metrics
+        self._sent_at = 0.0
         self._inflight: tuple[asyncio.Future[int], int | None] | None = None
         self.seq: int | None = None  # subject sequence of the last acknowledged checkpoint
 
@@ -49,6 +55,9 @@ class CheckpointChain:
         """Send ``payload`` fenced on the previous checkpoint (whose ack is awaited first)."""
         await self.settle()
         acked = await self._pub.send_checkpoint(self._session_id, payload, self.seq)
+        if self._metrics is not None:
+            self._metrics.checkpoint_bytes.observe(len(payload))
+            self._sent_at = time.monotonic()
         acked.add_done_callback(_retrieve)
         self._inflight = (acked, self.seq)
         if barrier:
@@ -68,6 +77,8 @@ class CheckpointChain:
             self._inflight = None  # refused or unanswered: reported once; the runner reloads
             raise
         self._inflight = None
+        if self._metrics is not None:
+            self._metrics.checkpoint_publish.observe(time.monotonic() - self._sent_at)
 
     def _drop_inflight(self) -> None:
         if self._inflight is not None:

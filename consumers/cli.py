@@ -12,10 +12,13 @@ import sys
 import uuid
 
 import orjson
+from pydantic import ValidationError
 
 from consumers.dev_credentials import dev_settings_env
+from consumers.logs import configure_logging
 from consumers.nats_connect import connect_options, redacted_url
 from consumers.settings import Settings
+from consumers.startup import EXIT_SETTINGS, StartupError
 
 STOP_BOUND_S = 30.0  # beyond the drain timeout: flushing and closing connections
 RETRY_DELAY_S = 1.0  # between failed takeovers
@@ -42,12 +45,16 @@ def main(argv: list[str] | None = None) -> int:
     mg = sub.add_parser("migrate", help="create or upgrade the database schema (TURNSTILE_DATABASE_URL) and exit")
     mg.add_argument("--allow-foreign-tables", action="store_true", help="migrate even into a database with other tables")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # A client command with no credentials configured uses its role's `make run` credentials, when present.
     client_role = {"send": f"adapter-{getattr(args, 'platform', '')}", "api": "admin", "replay": "observer"}
     if args.command in client_role:
         os.environ.update(dev_settings_env(client_role[args.command]))
-    settings = Settings()
+    try:
+        settings = Settings()
+    except ValidationError as exc:
+        print(f"turnstile: {invalid_settings(exc)}", file=sys.stderr)
+        return EXIT_SETTINGS
+    configure_logging(settings)
     if args.command == "migrate":
         return _migrate(settings, args.allow_foreign_tables)
     if args.command == "run":
@@ -75,6 +82,15 @@ def _migrate(settings: Settings, allow_foreign_tables: bool) -> int:
         return 2
     print(f"database at revision {revision}")
     return 0
+
+
+def invalid_settings(exc: ValidationError) -> str:
+    """One line naming each ``TURNSTILE_*`` variable the settings refused."""
+    parts = []
+    for error in exc.errors():
+        name = "_".join(str(p) for p in error.get("loc", ())).upper()
+        parts.append(f"TURNSTILE_{name}: {error.get('msg', 'invalid')}")
+    return "invalid setting " + "; ".join(parts)
 
 
 async def _run(settings: Settings) -> int:
@@ -109,9 +125,10 @@ async def serve(service: object, stop: asyncio.Event) -> int:
     A lost ownership lease (broker away past the TTL, or a pause) does not end the
     process: the service has fenced itself; it is stopped and a fresh one competes for
     ownership again, waiting for the broker as long as it takes. Exit code 0 on a
-    requested stop, 4 when the broker cannot be reached at start (one log line).
+    requested stop; a refused start (broker, database, provider, settings) logs one
+    error line naming the setting and exits with ``StartupError.exit_code`` (2-5,
+    ``consumers/startup.py``).
     """
-    from consumers.connect import BrokerUnreachable
     from consumers.service import TurnstileService
 
     assert isinstance(service, TurnstileService)
@@ -121,11 +138,11 @@ async def serve(service: object, stop: asyncio.Event) -> int:
     while True:
         try:
             outcome = await _serve_term(service, stop, patient, log)
-        except BrokerUnreachable as exc:
-            log.error("%s", exc)
-            await service.stop()
-            return 4
         except Exception as exc:
+            if isinstance(exc, StartupError) and not patient:
+                log.error("%s", exc)
+                await service.stop()
+                return exc.exit_code
             if not patient:
                 raise
             # The broker went away again while we were taking over: compete afresh.

@@ -23,13 +23,17 @@ from tenacity import (
     wait_exponential,
 )
 
+from consumers.startup import EXIT_BROKER, StartupError
+
 log = logging.getLogger(__name__)
 
 PROBE_TIMEOUT_S = 2.0
 
 
-class BrokerUnreachable(RuntimeError):
-    """The broker did not answer within the start-up bound."""
+class BrokerUnreachable(StartupError):
+    """The broker did not answer within the start-up bound (exit code 4)."""
+
+    exit_code = EXIT_BROKER
 
 
 async def _quiet(_exc: Exception) -> None:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from consumers.dev_credentials import DEV_CREDENTIALS_DIR, ensure_dev_credentials
 from consumers.dev_lock import InstanceLocked, lock_dev_instance
+from consumers.logs import configure_logging
 from consumers.nats_server import NatsServer, NatsServerError, port_in_use
 from consumers.settings import Settings
 from schemas.nats_roles import dev_roles, password_variable, service_role
@@ -31,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 async def _main() -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(Settings())
     log = logging.getLogger("turnstile.devrun")
     server: NatsServer | None = None
     embedded = not os.environ.get("TURNSTILE_NATS_URL")

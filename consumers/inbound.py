@@ -26,12 +26,13 @@ from nats.js.errors import NotFoundError
 from consumers.codec import decode_inbound
 from consumers.health import ServiceHealth
 from consumers.inbound_pipeline import Handoff, InboundPipeline, InboundRecorder
+from consumers.metrics import Metrics
 from consumers.publisher import Publisher
 from consumers.settings import Settings
 from consumers.streams import ensure_streams
 from core.store.inbox import SqlInbox, StagedMessage
 from schemas.subjects import Subjects
-from schemas.wire import ErrorBody
+from schemas.wire import ErrorBody, InboundMessage
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +54,16 @@ class InboundLoop:
         recorder: InboundRecorder,
         inbox: SqlInbox,
         handoff: Handoff,
+        metrics: Metrics | None = None,
     ) -> None:
         self._js = js
+        self._metrics = metrics or Metrics()
+        staged_count = self._metrics.inbound_staged
+
+        async def counted_handoff(staged: StagedMessage, inbound: InboundMessage) -> None:
+            staged_count.inc()  # the pipeline hands off each message once, when first staged
+            await handoff(staged, inbound)
+
         self._settings = settings
         self._subjects = subjects
         self._publisher = publisher
@@ -62,7 +71,7 @@ class InboundLoop:
         self.pipeline = InboundPipeline(
             recorder,
             inbox,
-            handoff,
+            counted_handoff,
             self.health,
             max_in_flight=settings.max_inbound_in_flight,
             heartbeat_s=settings.ack_wait_s / 3,
@@ -175,6 +184,7 @@ class InboundLoop:
 
     async def process_batch(self, msgs: list[Msg]) -> None:
         """Validate one fetched batch and admit its good messages (public so tests can drive it)."""
+        self._metrics.inbound_received.inc(len(msgs))
         for m in msgs:
             decoded = decode_inbound(
                 self._settings.prefix, m.subject, m.data, self._settings.max_inbound_bytes,
@@ -199,6 +209,7 @@ class InboundLoop:
             log.warning("dead-lettering failed (%r); redelivering", exc)
             await _quietly(m.nak(delay=STAGE_RETRY_DELAY_S))
             return
+        self._metrics.inbound_dead_lettered.labels(error.code).inc()
         log.info("dead-lettered inbound on %s: %s %s", m.subject, error.code, error.message)
         await _quietly(m.term())
 

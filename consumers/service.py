@@ -19,16 +19,19 @@ from consumers.inbound import InboundLoop
 from consumers.inflight import recover_inflight
 from consumers.inspector import inspector_routes
 from consumers.lease import OwnershipLease
+from consumers.metrics import Metrics
 from consumers.nats_connect import broker_options, connect_options
+from consumers.observability import observability_routes
 from consumers.operations import control_operations
 from consumers.publisher import Publisher
 from consumers.retry_policy import TurnRetryPolicy
 from consumers.settings import Settings, service_time_zone
+from consumers.startup import EXIT_SETTINGS, StartupError, check_provider, open_database
 from consumers.streams import ensure_streams
 from consumers.turns import TurnRunner
 from consumers.wiring import EngineSessions, ManagerRecorder, ManagerTakePolicy, build_manager
+from core.errors import Unavailable
 from core.store.committer import GroupCommitter
-from core.store.db import create_engine
 from core.store.inbox import SqlInbox
 from core.store.migrate import migrate
 from schemas.subjects import Subjects
@@ -58,6 +61,9 @@ class TurnstileService:
         # Health, metrics and the inspector register their routes on it before start().
         self.http = HttpServer(settings.http_host, settings.http_port)
         self.http.add_routes(inspector_routes(self))
+        self.metrics = Metrics()  # one registry per service: several services in one process do not collide
+        self.role = "starting"  # starting → standby (waiting for the lease) → owner; fenced; stopping
+        self.http.add_routes(observability_routes(self))
         self._started = False
 
     async def start(self, patient: bool = False) -> None:
@@ -67,8 +73,14 @@ class TurnstileService:
         long as it takes when ``patient`` (competing again after a lost lease).
         """
         s = self.settings
-        await self.http.start()  # first: a standby answers health checks while it waits
+        try:
+            await self.http.start()  # first: a standby answers health checks while it waits
+        except Unavailable as exc:
+            raise StartupError(exc.message, EXIT_SETTINGS) from None
+        # Checked before any ownership is taken: a process that cannot work never holds the lease.
         await wait_for_broker(s.nats_url, None if patient else s.connect_timeout_s, connect_options(s))
+        self.db = await open_database(s)
+        await check_provider(s)
         self.broker = NatsBroker(
             s.nats_url, max_reconnect_attempts=-1, graceful_timeout=10.0, log_level=logging.DEBUG,
             **broker_options(s),
@@ -76,8 +88,9 @@ class TurnstileService:
         await self.broker.connect()
         self.js = self.broker.connection.jetstream()
         self.lease = OwnershipLease(self.js, f"{self.subjects.stream_prefix}_LEASES", s.lease_ttl_s)
+        self._set_role("standby")
         await self.lease.acquire(on_lost=self._on_lease_lost)
-        self.db = create_engine(s.database_url, sqlite_synchronous=s.sqlite_synchronous)
+        self._set_role("starting")
         await migrate(self.db, allow_foreign_tables=s.database_allow_foreign_tables)
         await ensure_streams(self.js, s, self.subjects)
         self.publisher = Publisher(
@@ -88,6 +101,7 @@ class TurnstileService:
         self.inbox.start(retention_s=s.inbound_max_age_s)
         self.engines = EngineSessions(s, self.db, self.committer)
         await self.engines.open_tool_servers()
+        self.metrics.meter_tools(self.engines.tools)
         self.manager = build_manager(s, self.db, self.publisher, self._clear_session_data, self.committer)
         await self.manager.start()
         self.engines.take_policy = ManagerTakePolicy(self.manager, service_time_zone(s.time_zone))
@@ -110,6 +124,8 @@ class TurnstileService:
                 mid_turn_policy=s.mid_turn_policy,
                 retry=retry,
                 still_owner=still_owner,
+                metrics=self.metrics,
+                failure_reply=s.provider_failure_reply,
             ),
             idle_s=s.actor_idle_s,
         )
@@ -128,6 +144,7 @@ class TurnstileService:
             ManagerRecorder(self.manager, on_created=self.engines.mark_new),
             self.inbox,
             self.actors.deliver,
+            metrics=self.metrics,
         )
         # Fetched-but-unstaged messages of a dead owner come first, in stream order (per-session order).
         await recover_inflight(
@@ -136,10 +153,16 @@ class TurnstileService:
         )
         self.inbound.start()
         self._started = True
+        self._set_role("owner")
+
+    def _set_role(self, role: str) -> None:
+        self.role = role
+        self.metrics.set_ownership(role)
 
     def _on_lease_lost(self) -> None:
         """Another process owns the prefix now: stop fetching and running turns at once (fenced)."""
         log.warning("fenced: ownership lost, stopped fetching and cancelled running turns (they stay staged)")
+        self._set_role("fenced")
         self.lost.set()
         if self.inbound is not None:
             # Stage nothing more: what is in flight is redelivered to the new owner.
@@ -180,6 +203,7 @@ class TurnstileService:
 
     async def stop(self) -> None:
         """Stop fetching, let running turns finish (bounded), flush, close connections."""
+        self._set_role("stopping")
         if self.inbound is not None:
             await self.inbound.stop()
         if self.actors is not None:

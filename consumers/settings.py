@@ -61,6 +61,16 @@ class Settings(BaseSettings):
     context_window_tokens: int = Field(32_000, gt=0, description="context window; older turns are summarised beyond it (KS-21)")
     system_prompt: str = Field("You are a helpful assistant.", description="the complete system prompt (turnstile never composes prompts)")
     provider_timeout_s: float = Field(60.0, gt=0, description="timeout of one provider call")
+    provider_check: bool = Field(
+        True,
+        description="at start, before taking ownership, check the provider's settings (provider `openai`: a key is "
+        "set and `GET <base URL>/models` answers and accepts it); a refusal exits with code 5",
+    )
+    provider_failure_reply: str = Field(
+        "",
+        description="when set, a turn that fails with a provider error sends the user this text as a reply "
+        "(`seq` -1); empty: no reply, the failure is in `turn.ended` and a WARNING",
+    )
 
     # control API
     max_request_bytes: int = Field(
@@ -115,6 +125,19 @@ class Settings(BaseSettings):
     http_host: str = Field("127.0.0.1", description="address the HTTP endpoint listens on (loopback by default)")
     http_port: int = Field(
         4380, ge=-1, le=65535, description="HTTP endpoint port; 0 picks a free port, -1 turns the endpoint off"
+    )
+
+    # logs
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "debug", "info", "warning", "error"] = Field(
+        "INFO", description="level of turnstile's own log lines"
+    )
+    log_format: Literal["text", "json"] = Field(
+        "text",
+        description="text, or json: one JSON object a line with ts, level, logger, message and, where known, "
+        "session_id, turn_id, inbound_id",
+    )
+    log_library_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "debug", "info", "warning", "error"] = Field(
+        "WARNING", description="level of third-party loggers (alembic, httpx, aiohttp, nats, faststream, sqlalchemy)"
     )
 
     # ownership

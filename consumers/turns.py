@@ -30,6 +30,8 @@ from tenacity import RetryCallState
 from consumers.checkpoints import CheckpointChain
 from consumers.delivery import ReplyDelivery
 from consumers.finisher import TurnFinisher
+from consumers.logs import clear_log_context, log_context
+from consumers.metrics import Metrics
 from consumers.publisher import Publisher
 from consumers.retry_policy import OwnershipLost, TurnRetryPolicy
 from consumers.transitions import transition_of
@@ -52,6 +54,8 @@ POLICIES = tuple(p.value for p in MidTurnPolicy)
 FINISHED_REMEMBERED = 256
 # Checkpoints of these steps are stored before the engine goes on: a tool runs next.
 BARRIER_STEPS = frozenset({"model_response", "tool_call"})
+FALLBACK_SEQ = -1  # the seq of the TURNSTILE_PROVIDER_FAILURE_REPLY reply (never a journal seq)
+_UNMETERED = Metrics()  # for runners built without the service's metrics (tests)
 
 
 class TurnRunner(ReplyDelivery):
@@ -69,8 +73,14 @@ class TurnRunner(ReplyDelivery):
         mid_turn_policy: str = "enqueue",
         retry: TurnRetryPolicy | None = None,
         still_owner: Callable[[], Awaitable[bool]] | None = None,
+        metrics: Metrics | None = None,
+        failure_reply: str = "",
     ) -> None:
         self.session_id = session_id
+        self._metrics = metrics or _UNMETERED
+        self._failure_reply = failure_reply
+        self._turn_started_at: float | None = None
+        self.received_at: float | None = None  # monotonic time the item in hand was queued (reply latency)
         self._retry = retry or TurnRetryPolicy()
         # "Does this process still own the session?" (the ownership lease); None: always.
         self._still_owner = still_owner
@@ -82,7 +92,7 @@ class TurnRunner(ReplyDelivery):
         self.mid_turn_policy = mid_turn_policy
         self._engine: Session | None = None
         self._generation: int | None = None
-        self._checkpoints = CheckpointChain(session_id, publisher)
+        self._checkpoints = CheckpointChain(session_id, publisher, self._metrics)
         self._version_seen = 0
         self._operation: str | None = None
         self._stop_reason: str | None = None
@@ -122,6 +132,8 @@ class TurnRunner(ReplyDelivery):
     def begin_item(self) -> None:
         """The actor starts a new item: a stop requested while idle does not carry over."""
         self._stop_reason = None
+        clear_log_context()
+        log_context(session_id=self.session_id)
         if self._unload_pending:
             self.unload()
 
@@ -235,6 +247,7 @@ class TurnRunner(ReplyDelivery):
         (``message.dropped`` reason ``failed``), so the session goes on with its next message.
         A process that no longer owns the session stops instead: the message stays staged for
         the owner. Raises only when even the dead letter cannot be published."""
+        log_context(session_id=self.session_id, inbound_id=inbound.id)
         try:
             async for attempt in self._retry.retrying(self._before_retry):
                 with attempt:
@@ -359,6 +372,12 @@ class TurnRunner(ReplyDelivery):
             unsettled, self._unsettled = self._unsettled, []
             await self._pub.settle(unsettled)
             return
+        if outcome == "replied" and self.received_at is not None:
+            self._metrics.reply_latency.observe(time.monotonic() - self.received_at)
+        elif outcome == "error" and self._failure_reply and (error or "").startswith("provider_error"):
+            # TURNSTILE_PROVIDER_FAILURE_REPLY: the user hears something; seq -1 is never a journal seq.
+            await self._publish_reply(inbound.platform, staged.generation, inbound.id, inbound.external_event_id,
+                                      str(engine.turn_id), FALLBACK_SEQ, self._failure_reply, [])
         await self.turn_ended(engine, outcome, error, inbound_id=inbound.id)
         await self._checkpoints.settle()
         # The replies and events were pipelined and the bookkeeping writes run behind: the
@@ -395,6 +414,8 @@ class TurnRunner(ReplyDelivery):
         """SM-16 bookkeeping (written behind; the manager's lock keeps the order) and ``turn.started``;
         with the ``platform`` to answer on, the typing signal and the turn's partial text follow on
         ``<prefix>.stream.<platform>.<sid>`` (``consumers/turn_stream.py``)."""
+        log_context(turn_id=str(engine.turn_id))
+        self._turn_started_at = time.monotonic()
         self._behind.append(asyncio.ensure_future(self._book.turn_started(self.session_id)))
         self._unsettled.append(await self._pub.emit(self.session_id, "turn.started", {
             **data, "turn_id": engine.turn_id, "mode": engine.state.mode.kind, "generation": self._generation,
@@ -417,6 +438,11 @@ class TurnRunner(ReplyDelivery):
         self._usage_reported[str(engine.turn_id)] = (max(total_in, seen_in), max(total_out, seen_out))
         while len(self._usage_reported) > FINISHED_REMEMBERED:
             self._usage_reported.pop(next(iter(self._usage_reported)))
+        self._metrics.turn_ended(outcome, self._turn_started_at, tokens_in, tokens_out)
+        self._turn_started_at = None
+        if outcome == "error":
+            log.warning("session %s: turn %s (inbound %s) failed: %s",
+                        self.session_id, engine.turn_id, data.get("inbound_id") or data.get("trigger"), error)
         if tokens_in or tokens_out:
             self._behind.append(asyncio.ensure_future(self._book.add_usage(self.session_id, tokens_in, tokens_out)))
             self._unsettled.append(

@@ -3,12 +3,14 @@
 Four roles, each a NATS user with its own reply-inbox prefix (``_INBOX.<user>``,
 ``TURNSTILE_NATS_INBOX_PREFIX``) so nobody can read another connection's replies:
 
-- ``service``: the turnstile process. Publishes checkpoints, events, outbound and dead letters; manages
+- ``service``: the turnstile process. Publishes checkpoints, events, outbound, turn progress
+  (``stream.>``) and dead letters; manages
   its own streams, the inbound consumer and the ownership-lease bucket through the JetStream API; answers
   the control API (``allow_responses``).
 - ``adapter-<platform>``: a platform adapter. Publishes ``inbound.<platform>.>`` and reads
   ``outbound.<platform>.>`` (core subscription, or a JetStream consumer named ``<platform>`` filtered to
-  it); may register and unregister its adapter instance. Nothing else.
+  it) and its turn progress ``stream.<platform>.>``; may register and unregister its adapter instance.
+  Nothing else.
 - ``observer``: reads events, checkpoints and dead letters, replays them, and calls the read-only verbs.
 - ``admin``: the observer plus every control verb (the mutating ones included).
 
@@ -86,7 +88,8 @@ def lease_bucket(subjects: Subjects) -> str:
 def service_role(subjects: Subjects, user: str = "turnstile-service") -> Role:
     bucket = lease_bucket(subjects)
     streams = [spec.name for spec in subjects.streams()] + [f"KV_{bucket}"]
-    publish = [subjects.checkpoint_all, subjects.events_all, subjects.outbound_all, subjects.dlq_all, "$JS.API.INFO"]
+    publish = [subjects.checkpoint_all, subjects.events_all, subjects.outbound_all, subjects.dlq_all,
+               subjects.stream_all, "$JS.API.INFO"]
     for stream in streams:
         publish += _stream_admin(stream)
     publish.append(f"$KV.{bucket}.>")
@@ -111,7 +114,10 @@ def adapter_role(subjects: Subjects, platform: str, user: str | None = None) -> 
         f"$JS.API.CONSUMER.MSG.NEXT.{outbound}.{platform}",
         f"$JS.ACK.{outbound}.{platform}.>",
     ]
-    return Role(user, f"the {platform} platform adapter", tuple(publish), (mine, f"{inbox_prefix_of(user)}.>"))
+    streamed = f"{subjects.prefix}.stream.{platform}.>"  # typing and partial text (core NATS, not stored)
+    return Role(
+        user, f"the {platform} platform adapter", tuple(publish), (mine, streamed, f"{inbox_prefix_of(user)}.>")
+    )
 
 
 def observer_role(subjects: Subjects, user: str = "observer") -> Role:
