@@ -6,15 +6,17 @@ import asyncio
 import time
 import uuid
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import typer
-from nats.aio.msg import Msg
 
 from consumers.cli_support import EXIT_REFUSED, Cli, connected, err, fail, out, run, until_stopped
 from consumers.cli_time import parse_since
 from schemas.tokens import decode_sid, encode_sid
+
+if TYPE_CHECKING:
+    from nats.aio.msg import Msg
 
 REPLY_GRACE_S = 0.3  # after turn.ended, replies still in flight on the other subject
 

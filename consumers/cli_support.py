@@ -8,14 +8,15 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import orjson
-from nats.aio.client import Client
 
-from consumers.nats_connect import connect_options
 from consumers.settings import Settings
 from schemas.subjects import Subjects
+
+if TYPE_CHECKING:
+    from nats.aio.client import Client
 
 T = TypeVar("T")
 
@@ -73,6 +74,8 @@ async def _quiet(_: Exception) -> None:
 async def connected(cli: Cli) -> AsyncIterator[Client]:
     """A NATS connection with the configured credentials, closed on leaving."""
     import nats
+
+    from consumers.nats_connect import connect_options
 
     url = cli.settings.nats_url
     try:
