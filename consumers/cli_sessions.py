@@ -92,7 +92,9 @@ def show_lines(session: SessionOut, place: PlaceOfOut, checkpoint: Any) -> list[
     lines.append(f"place       {where}")
     last = session.last_turn or {}
     if last:
-        lines.append("last turn   " + ", ".join(f"{k}={v}" for k, v in last.items() if v is not None))
+        lines.append("last turn   " + ", ".join(
+            f"{k}={_when(v) if k.endswith('_at') else v}" for k, v in last.items() if v is not None
+        ))
     tokens = session.tokens or {}
     lines.append("tokens      " + (", ".join(f"{k} {v}" for k, v in tokens.items()) if tokens else "-"))
     lines.append(f"created     {_when(session.created_at)}   updated {_when(session.updated_at)}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 import orjson
@@ -55,6 +55,8 @@ async def replay(
     """Yield the session's events or checkpoints in stream order, then stop (with ``follow``: go on)."""
     if start_seq is not None and start_time is not None:
         raise ValueError("give start_seq or start_time, not both")
+    if start_time is not None and start_time.tzinfo is None:
+        start_time = start_time.replace(tzinfo=UTC)  # a naive time is UTC
     stream, subject = _target(subjects, kind, session_id)
     config = ConsumerConfig(ack_policy=AckPolicy.NONE, filter_subject=subject, inactive_threshold=30.0)
     if start_seq is not None:
@@ -80,6 +82,8 @@ async def replay(
             except NatsTimeoutError:
                 continue
             for m in msgs:
+                if start_time is not None and m.metadata.timestamp < start_time:
+                    continue  # a start time the server cannot hold (after year 2262) starts at the first
                 yield Replayed(int(m.metadata.sequence.stream), m.subject, orjson.loads(m.data))
     finally:
         await psub.unsubscribe()
