@@ -55,7 +55,7 @@ def list_operations(cli: Cli) -> None:
 
 def api_command(
     ctx: typer.Context,
-    operation: str = typer.Argument(None, metavar="OP", help="<resource>.<verb>, e.g. session.get"),
+    operation: str | None = typer.Argument(None, metavar="OP", help="<resource>.<verb>, e.g. session.get"),
     body: str = typer.Argument("{}", metavar="BODY", help="the request as a JSON object"),
     list_: bool = typer.Option(False, "--list", help="every operation with its one-line summary"),
     help_: bool = typer.Option(False, "--help", "-h", help="this help, or OP's request fields"),

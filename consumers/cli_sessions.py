@@ -48,7 +48,7 @@ async def _sessions(cli: Cli, status: str | None) -> int:
 
 def sessions_command(
     ctx: typer.Context,
-    status: str = typer.Option(None, help="only sessions with this status (active, waiting, completed, error, archived)"),
+    status: str | None = typer.Option(None, help="only sessions with this status (active, waiting, completed, error, archived)"),
 ) -> None:
     """The session tree, with labels and status."""
     cli: Cli = ctx.obj

@@ -160,18 +160,21 @@ async def _tail(cli: Cli, session_id: str | None) -> int:
         else:
             out(_tail_line(msg.subject, data, subjects.prefix))
 
-    async with connected(cli) as nc:
+    lost = asyncio.Event()
+    async with connected(cli, lost) as nc:
         for subject in watched:
             await nc.subscribe(subject, cb=show)
         await nc.flush()
         err(f"following {', '.join(watched)} (Ctrl-C stops)")
-        await until_stopped(asyncio.Event().wait())
+        await until_stopped(lost.wait())
+    if lost.is_set():
+        fail(f"connection to NATS at {cli.settings.nats_url} lost")
     return 0
 
 
 def tail_command(
     ctx: typer.Context,
-    session: str = typer.Argument(None, metavar="[SESSION]", help="only this session (default: all)"),
+    session: str | None = typer.Argument(None, metavar="[SESSION]", help="only this session (default: all)"),
 ) -> None:
     """Follow events and replies live until Ctrl-C."""
     cli: Cli = ctx.obj
@@ -211,8 +214,8 @@ def replay_command(
     ctx: typer.Context,
     what: str = typer.Argument(..., metavar="events|checkpoints", help="which stream"),
     session: str = typer.Option(..., "--session", "-s", help="session id"),
-    from_seq: int = typer.Option(None, "--from-seq", min=1, help="start at this stream sequence"),
-    since: str = typer.Option(None, "--since", help="start at this time: ISO 8601 (naive = UTC) or 15m, 2h, 1d back"),
+    from_seq: int | None = typer.Option(None, "--from-seq", min=1, help="start at this stream sequence"),
+    since: str | None = typer.Option(None, "--since", help="start at this time: ISO 8601 (naive = UTC) or 15m, 2h, 1d back"),
     follow: bool = typer.Option(False, "--follow", "-f", help="keep printing what arrives until Ctrl-C"),
 ) -> None:
     """Print a session's events or checkpoints from JetStream, one JSON object a line."""

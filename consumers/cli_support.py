@@ -71,17 +71,22 @@ async def _quiet(_: Exception) -> None:
 
 
 @asynccontextmanager
-async def connected(cli: Cli) -> AsyncIterator[Client]:
-    """A NATS connection with the configured credentials, closed on leaving."""
+async def connected(cli: Cli, closed: asyncio.Event | None = None) -> AsyncIterator[Client]:
+    """A NATS connection with the configured credentials, closed on leaving; ``closed`` is set
+    when the connection ends (no reconnect: a follower says the connection is lost)."""
     import nats
 
     from consumers.nats_connect import connect_options
+
+    async def on_closed() -> None:
+        if closed is not None:
+            closed.set()
 
     url = cli.settings.nats_url
     try:
         nc = await nats.connect(
             url, connect_timeout=5, allow_reconnect=False, max_reconnect_attempts=1, reconnect_time_wait=0.2,
-            error_cb=_quiet, **connect_options(cli.settings),
+            error_cb=_quiet, closed_cb=on_closed, **connect_options(cli.settings),
         )
     except Exception as exc:  # NoServersError, auth, TLS, OSError: all one line
         fail(f"cannot connect to NATS at {url}: {describe(exc)}")
