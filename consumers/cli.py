@@ -95,7 +95,7 @@ def run_command(ctx: typer.Context) -> None:
 #    @app.command("migrate") calling that function with ctx.obj.settings, like `run` above. --
 
 app.command("send")(send_command)
-app.command("api", add_help_option=False, context_settings={"ignore_unknown_options": False})(api_command)
+app.command("api", add_help_option=False)(api_command)
 app.command("sessions")(sessions_command)
 app.command("show")(show_command)
 app.command("tail")(tail_command)

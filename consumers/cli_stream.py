@@ -167,7 +167,8 @@ async def _tail(cli: Cli, session_id: str | None) -> int:
         await nc.flush()
         err(f"following {', '.join(watched)} (Ctrl-C stops)")
         await until_stopped(lost.wait())
-    if lost.is_set():
+        was_lost = lost.is_set()  # leaving the block closes the connection and sets it too
+    if was_lost:
         fail(f"connection to NATS at {cli.settings.nats_url} lost")
     return 0
 
