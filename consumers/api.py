@@ -38,7 +38,7 @@ class Operation:
 
     ``result`` is the type of the reply's ``result`` (a model, or ``list[Model]``); when not
     given it is read from ``call``'s return annotation. Every operation must end up with one
-    (tests/unit/test_operation_catalog.py checks it; the AsyncAPI document and the CLI use it).
+    (tests/unit/contract/test_operation_results.py checks it; the AsyncAPI document and the CLI use it).
     """
 
     resource: str
