@@ -11,6 +11,7 @@ a list operation answers a ``Page``: ``{ok: true, result: [...], next_cursor}``.
 from __future__ import annotations
 
 import logging
+import typing
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -36,13 +37,37 @@ Handler = Callable[[Any], Awaitable[Any]]
 
 @dataclass(frozen=True)
 class Operation:
-    """One control operation: its resource, verb, request model and implementation."""
+    """One control operation: its resource, verb, request model, implementation and result model.
+
+    ``result`` is the type of the reply's ``result`` (a model, or ``list[Model]``); when not
+    given it is read from ``call``'s return annotation. Every operation must end up with one
+    (tests/unit/contract/test_operation_results.py checks it; the AsyncAPI document and the CLI use it).
+    """
 
     resource: str
     verb: str
     request: type[BaseModel]
     call: Handler
     summary: str = ""
+    result: Any = None
+
+    def __post_init__(self) -> None:
+        if self.result is None:
+            object.__setattr__(self, "result", _return_type(self.call))
+
+    @property
+    def name(self) -> str:
+        """``resource.verb``."""
+        return f"{self.resource}.{self.verb}"
+
+
+def _return_type(call: Handler) -> Any:
+    """The return annotation of ``call`` (``None`` when it has none or names ``Any``)."""
+    try:
+        hint = typing.get_type_hints(call).get("return")
+    except (NameError, TypeError):
+        return None
+    return None if hint is Any else hint
 
 
 def error_reply(code: str, message: str) -> bytes:

@@ -1,87 +1,164 @@
-"""The ``turnstile`` command: ``run`` the service, ``send`` a message and wait for its reply, ``api`` calls."""
+"""The ``turnstile`` command (typer): ``run`` the service; ``send``, ``api``, ``sessions``, ``show``,
+``tail`` and ``replay`` as a client. Every error is one line on stderr and a non-zero exit."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import gc
 import logging
 import os
 import signal
 import sys
-import uuid
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 
-import orjson
-from pydantic import ValidationError
+import typer
+from pydantic import SecretStr, ValidationError
 
+from consumers.cli_api import api_command
+from consumers.cli_sessions import sessions_command, show_command
+from consumers.cli_stream import replay_command, send_command, tail_command
+from consumers.cli_support import EXIT_FAILED, EXIT_REFUSED, Cli, CliError, describe, err
 from consumers.dev_credentials import dev_settings_env
 from consumers.logs import configure_logging
-from consumers.nats_connect import connect_options, redacted_url
+from consumers.nats_connect import redacted_url
 from consumers.settings import Settings
 from consumers.startup import EXIT_SETTINGS, StartupError
+from core.errors import TurnstileError
 
 STOP_BOUND_S = 30.0  # beyond the drain timeout: flushing and closing connections
 RETRY_DELAY_S = 1.0  # between failed takeovers
+# A client command with no credentials configured uses its role's `make run` credentials
+# (var/dev-credentials/<user>.env, docs/security.md), when present.
+DEV_ROLE_OF = {"send": "admin", "api": "admin", "sessions": "observer", "show": "observer", "tail": "observer",
+               "replay": "observer"}
+
+app = typer.Typer(
+    name="turnstile", help="Chat-agent sessions on NATS JetStream.", no_args_is_help=True,
+    add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None,
+)
+
+
+def _version() -> str:
+    try:
+        return version("turnstile")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        print(f"turnstile {_version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def options(
+    ctx: typer.Context,
+    server: str | None = typer.Option(None, "--server", envvar="TURNSTILE_NATS_URL", show_envvar=True,
+                               help="NATS server URL [default: nats://127.0.0.1:4333]"),
+    prefix: str | None = typer.Option(None, "--prefix", envvar="TURNSTILE_PREFIX", show_envvar=True,
+                               help="subject prefix [default: turnstile]"),
+    creds: Path | None = typer.Option(None, "--creds", envvar="TURNSTILE_NATS_CREDS_FILE", help="NATS .creds file"),
+    nkey_seed: Path | None = typer.Option(None, "--nkey-seed", envvar="TURNSTILE_NATS_NKEY_SEED_FILE",
+                                   help="NATS nkey seed file"),
+    user: str | None = typer.Option(None, "--user", envvar="TURNSTILE_NATS_USER", help="NATS user (with --password)"),
+    password: str | None = typer.Option(None, "--password", envvar="TURNSTILE_NATS_PASSWORD", show_default=False,
+                                 help="NATS password (prefer the variable: a command line is visible to others)"),
+    token: str | None = typer.Option(None, "--token", envvar="TURNSTILE_NATS_TOKEN", show_default=False,
+                              help="NATS token (prefer the variable)"),
+    tls_ca: Path | None = typer.Option(None, "--tls-ca", envvar="TURNSTILE_NATS_TLS_CA_FILE", help="CA file for TLS"),
+    tls_cert: Path | None = typer.Option(None, "--tls-cert", envvar="TURNSTILE_NATS_TLS_CERT_FILE",
+                                  help="client certificate (mutual TLS)"),
+    tls_key: Path | None = typer.Option(None, "--tls-key", envvar="TURNSTILE_NATS_TLS_KEY_FILE",
+                                 help="client key (mutual TLS)"),
+    json_: bool = typer.Option(False, "--json", help="machine output: JSON (one object or one per line)"),
+    _version_flag: bool = typer.Option(False, "--version", callback=_show_version, is_eager=True,
+                                       help="print the version and exit"),
+) -> None:
+    """Chat-agent sessions on NATS JetStream. Options also come from the TURNSTILE_* variables."""
+    given = {
+        "nats_url": server, "prefix": prefix, "nats_user": user,
+        "nats_creds_file": str(creds) if creds else None,
+        "nats_nkey_seed_file": str(nkey_seed) if nkey_seed else None,
+        "nats_password": SecretStr(password) if password else None,
+        "nats_token": SecretStr(token) if token else None,
+        "nats_tls_ca_file": str(tls_ca) if tls_ca else None,
+        "nats_tls_cert_file": str(tls_cert) if tls_cert else None,
+        "nats_tls_key_file": str(tls_key) if tls_key else None,
+    }
+    role = DEV_ROLE_OF.get(ctx.invoked_subcommand or "")
+    if role is not None and not any(given[k] for k in ("nats_user", "nats_creds_file", "nats_nkey_seed_file", "nats_token")):
+        os.environ.update(dev_settings_env(role))
+    try:
+        settings = Settings(**{k: v for k, v in given.items() if v is not None})
+    except ValidationError as exc:
+        raise CliError(invalid_settings(exc), EXIT_SETTINGS) from None
+    configure_logging(settings)
+    ctx.obj = Cli(settings, json=json_)
+
+
+@app.command("run")
+def run_command(ctx: typer.Context) -> None:
+    """Run the service in the foreground (settings from the TURNSTILE_* variables and the options above)."""
+    cli: Cli = ctx.obj
+    raise typer.Exit(asyncio.run(_run(cli.settings)))
+
+
+@app.command("migrate")
+def migrate_command(
+    ctx: typer.Context,
+    allow_foreign_tables: bool = typer.Option(
+        False, "--allow-foreign-tables", help="migrate even into a database that holds other applications' tables"
+    ),
+) -> None:
+    """Create or upgrade the database schema (TURNSTILE_DATABASE_URL) and exit."""
+    from core.store.migrate import migrate_database
+
+    settings: Settings = ctx.obj.settings
+    revision = asyncio.run(
+        migrate_database(
+            settings.database_url,
+            allow_foreign_tables=allow_foreign_tables or settings.database_allow_foreign_tables,
+        )
+    )
+    print(f"database at revision {revision}")
+
+app.command("send")(send_command)
+app.command("api", add_help_option=False)(api_command)
+app.command("sessions")(sessions_command)
+app.command("show")(show_command)
+app.command("tail")(tail_command)
+app.command("replay")(replay_command)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="turnstile", description="chat-agent sessions on NATS JetStream")
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("run", help="run the service in the foreground (settings from TURNSTILE_* variables)")
-    send = sub.add_parser("send", help="publish one inbound message and print the reply")
-    send.add_argument("text")
-    send.add_argument("--session", required=True, help="session id")
-    send.add_argument("--platform", default="cli")
-    send.add_argument("--timeout", type=float, default=30.0)
-    api = sub.add_parser("api", help="call a control operation, e.g. `turnstile api session.get '{\"session_id\":\"s1\"}'`")
-    api.add_argument("operation", help="<resource>.<verb>")
-    api.add_argument("body", nargs="?", default="{}")
-    api.add_argument("--timeout", type=float, default=10.0)
-    rp = sub.add_parser("replay", help="print a session's events or checkpoints from JetStream (JSON lines)")
-    rp.add_argument("what", choices=["events", "checkpoints"])
-    rp.add_argument("--session", required=True)
-    rp.add_argument("--from-seq", type=int, default=None, help="start at this stream sequence")
-    rp.add_argument("--since", default=None, help="start at this time (ISO 8601, e.g. 2026-11-30T10:00:00+00:00)")
-    mg = sub.add_parser("migrate", help="create or upgrade the database schema (TURNSTILE_DATABASE_URL) and exit")
-    mg.add_argument("--allow-foreign-tables", action="store_true", help="migrate even into a database with other tables")
-    args = parser.parse_args(argv)
-    # A client command with no credentials configured uses its role's `make run` credentials, when present.
-    client_role = {"send": f"adapter-{getattr(args, 'platform', '')}", "api": "admin", "replay": "observer"}
-    if args.command in client_role:
-        os.environ.update(dev_settings_env(client_role[args.command]))
+    """The console script and ``python -m consumers.cli``: run, then map every error to one line."""
+    command = typer.main.get_command(app)
     try:
-        settings = Settings()
-    except ValidationError as exc:
-        print(f"turnstile: {invalid_settings(exc)}", file=sys.stderr)
-        return EXIT_SETTINGS
-    configure_logging(settings)
-    if args.command == "migrate":
-        return _migrate(settings, args.allow_foreign_tables)
-    if args.command == "run":
-        return asyncio.run(_run(settings))
-    if args.command == "send":
-        return asyncio.run(_send(settings, args.platform, args.session, args.text, args.timeout))
-    if args.command == "replay":
-        return asyncio.run(_replay(settings, args.what, args.session, args.from_seq, args.since))
-    return asyncio.run(_api(settings, args.operation, args.body, args.timeout))
-
-
-def _migrate(settings: Settings, allow_foreign_tables: bool) -> int:
-    from core.errors import TurnstileError
-    from core.store.migrate import migrate_database
-
-    try:
-        revision = asyncio.run(
-            migrate_database(
-                settings.database_url,
-                allow_foreign_tables=allow_foreign_tables or settings.database_allow_foreign_tables,
-            )
-        )
+        result = command.main(args=argv, prog_name="turnstile", standalone_mode=False)
+    except CliError as exc:
+        err(f"turnstile: {exc.message}")
+        return exc.code
+    except typer.Exit as exc:
+        return int(exc.exit_code)
+    except typer.Abort:
+        return 130
+    except typer.TyperException as exc:  # click's usage errors: one line (the help when no arguments)
+        ctx = getattr(exc, "ctx", None)
+        if type(exc).__name__ == "NoArgsIsHelpError" and ctx is not None:
+            print(ctx.get_help())
+            return EXIT_REFUSED
+        hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
+        err(f"turnstile: {' '.join(exc.format_message().split())}{hint}")
+        return EXIT_REFUSED if isinstance(getattr(exc, "exit_code", 2), int) else EXIT_FAILED
     except TurnstileError as exc:
-        print(f"turnstile migrate: {exc.message}", file=sys.stderr)
-        return 2
-    print(f"database at revision {revision}")
-    return 0
+        err(f"turnstile: {exc.message}")
+        return EXIT_REFUSED
+    except Exception as exc:  # never a traceback: one line naming what failed
+        err(f"turnstile: {describe(exc)}")
+        return EXIT_FAILED
+    return int(result) if isinstance(result, int) else 0
 
 
 def invalid_settings(exc: ValidationError) -> str:
@@ -191,68 +268,5 @@ async def _serve_term(service: object, stop: asyncio.Event, patient: bool, log: 
     return "lost" if was_lost else "stopped"
 
 
-async def _send(settings: Settings, platform: str, session_id: str, text: str, timeout_s: float) -> int:
-    import nats
-
-    from schemas.subjects import Subjects
-
-    subjects = Subjects(settings.prefix)
-    nc = await nats.connect(settings.nats_url, **connect_options(settings))
-    try:
-        sub = await nc.subscribe(subjects.outbound(platform, session_id))
-        msg_id = uuid.uuid4().hex
-        body = {"id": msg_id, "session_id": session_id, "platform": platform, "text": text}
-        await nc.jetstream().publish(
-            subjects.inbound(platform, session_id), orjson.dumps(body), headers={"Nats-Msg-Id": msg_id}
-        )
-        deadline = asyncio.get_running_loop().time() + timeout_s
-        while True:
-            remaining = deadline - asyncio.get_running_loop().time()
-            if remaining <= 0:
-                print("no reply within timeout", file=sys.stderr)
-                return 1
-            reply = await sub.next_msg(timeout=remaining)
-            data = orjson.loads(reply.data)
-            if data.get("reply_to") == msg_id:
-                print(data.get("text", ""))
-                return 0
-    finally:
-        await nc.close()
-
-
-async def _api(settings: Settings, operation: str, body: str, timeout_s: float) -> int:
-    import nats
-
-    resource, _, verb = operation.partition(".")
-    nc = await nats.connect(settings.nats_url, **connect_options(settings))
-    try:
-        reply = await nc.request(f"{settings.prefix}.api.{resource}.{verb}", body.encode(), timeout=timeout_s)
-        print(orjson.dumps(orjson.loads(reply.data), option=orjson.OPT_INDENT_2).decode())
-        return 0 if orjson.loads(reply.data).get("ok") else 2
-    finally:
-        await nc.close()
-
-
-async def _replay(settings: Settings, what: str, session_id: str, from_seq: int | None, since: str | None) -> int:
-    from datetime import datetime
-
-    import nats
-
-    from consumers.replay import replay
-    from schemas.subjects import Subjects
-
-    nc = await nats.connect(settings.nats_url, **connect_options(settings))
-    try:
-        start_time = datetime.fromisoformat(since) if since else None
-        async for item in replay(
-            nc.jetstream(), Subjects(settings.prefix), session_id, what,  # type: ignore[arg-type]
-            start_seq=from_seq, start_time=start_time,
-        ):
-            print(orjson.dumps({"seq": item.seq, "subject": item.subject, "data": item.data}).decode())
-        return 0
-    finally:
-        await nc.close()
-
-
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())

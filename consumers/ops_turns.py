@@ -29,6 +29,16 @@ from schemas.turns_control import (
     ObjectResolveRequest,
     WakeupRequest,
 )
+from schemas.turns_results import (
+    GroupContextOut,
+    IngressOut,
+    InterruptOut,
+    KnowledgeListOut,
+    KnowledgeNodeWithChildrenOut,
+    ModeTurnOut,
+    ResolvedObjectOut,
+    RetryOut,
+)
 
 if TYPE_CHECKING:
     from consumers.actors import ActorRegistry, Reply
@@ -43,17 +53,22 @@ def operations(service: TurnstileService) -> list[Operation]:
     """The turn-area operations, bound to the running service."""
     ops = TurnOperations(service)
     return [
-        Operation("session", "interrupt", InterruptRequest, ops.interrupt, "stop the session's running turn"),
+        Operation("session", "interrupt", InterruptRequest, ops.interrupt, "stop the session's running turn",
+                  InterruptOut),
         Operation("session", "group_context", GroupContextRequest, ops.group_context,
-                  "replace a group session's channel context (KS-15)"),
-        Operation("turn", "retry", RetryRequest, ops.retry, "reset an exhausted turn's rounds and run it again"),
-        Operation("turn", "free_time", FreeTimeRequest, ops.free_time, "open and run a free-time slice"),
-        Operation("turn", "wakeup", WakeupRequest, ops.wakeup, "open and run a wakeup session"),
+                  "replace a group session's channel context (KS-15)", GroupContextOut),
+        Operation("turn", "retry", RetryRequest, ops.retry, "reset an exhausted turn's rounds and run it again",
+                  RetryOut),
+        Operation("turn", "free_time", FreeTimeRequest, ops.free_time, "open and run a free-time slice", ModeTurnOut),
+        Operation("turn", "wakeup", WakeupRequest, ops.wakeup, "open and run a wakeup session", ModeTurnOut),
         Operation("turn", "ingress", IngressRequest, ops.ingress,
-                  "ingest a terminated conversation into the knowledge store (KS-16)"),
-        Operation("object", "resolve", ObjectResolveRequest, ops.resolve_object, "bytes and facts of an object"),
-        Operation("knowledge", "get", KnowledgeGetRequest, ops.knowledge_get, "one committed knowledge node"),
-        Operation("knowledge", "list", KnowledgeListRequest, ops.knowledge_list, "children of a node, or a search"),
+                  "ingest a terminated conversation into the knowledge store (KS-16)", IngressOut),
+        Operation("object", "resolve", ObjectResolveRequest, ops.resolve_object, "bytes and facts of an object",
+                  ResolvedObjectOut),
+        Operation("knowledge", "get", KnowledgeGetRequest, ops.knowledge_get, "one committed knowledge node",
+                  KnowledgeNodeWithChildrenOut),
+        Operation("knowledge", "list", KnowledgeListRequest, ops.knowledge_list, "children of a node, or a search",
+                  KnowledgeListOut),
     ]
 
 

@@ -18,6 +18,7 @@ import orjson
 from pydantic import BaseModel
 
 from core.errors import InvalidInput
+from schemas.wire import Page
 
 T = TypeVar("T")
 SortKey = tuple[Any, ...]
@@ -26,12 +27,6 @@ REPLY_ENVELOPE_BYTES = 4_096
 """Room kept for the reply's envelope (``{"ok": true, "result": [...], "next_cursor": ...}``)."""
 
 
-@dataclass(frozen=True)
-class Page(Generic[T]):
-    """One page of a list reply."""
-
-    items: list[T]
-    next_cursor: str | None
 
 
 def encode_cursor(key: SortKey) -> str:

@@ -320,8 +320,8 @@ class LabelOut(ControlResult):
     zh: str
 
 
-class SessionOut(ControlResult):
-    """A session record (every field of the seed's SessionInfo) plus its rendered ``label`` (SM-2)."""
+class SessionRecordOut(ControlResult):
+    """A session record: every field of the seed's SessionInfo (also the ``session`` of session events)."""
 
     id: str
     name: str | None
@@ -346,6 +346,11 @@ class SessionOut(ControlResult):
     last_turn: dict[str, Any] | None
     tokens: dict[str, int] | None
     take_settings: dict[str, Any] | None
+
+
+class SessionOut(SessionRecordOut):
+    """A session record (every field of the seed's SessionInfo) plus its rendered ``label`` (SM-2)."""
+
     label: LabelOut
     room_class: Literal["room", "owner-only", "internal"] = Field(
         description="SM-9, derived: who is in the session's audience, judged on its root"

@@ -11,8 +11,8 @@ Four roles, each a NATS user with its own reply-inbox prefix (``_INBOX.<user>``,
   ``outbound.<platform>.>`` (core subscription, or a JetStream consumer named ``<platform>`` filtered to
   it) and its turn progress ``stream.<platform>.>``; may register and unregister its adapter instance.
   Nothing else.
-- ``observer``: reads events, checkpoints and dead letters, replays them, and calls the read-only verbs.
-- ``admin``: the observer plus every control verb (the mutating ones included).
+- ``observer``: reads events, checkpoints, replies and dead letters, replays them, and calls the read-only verbs.
+- ``admin``: the observer plus every control verb (the mutating ones included) and inbound test messages.
 
 ``render_authorization`` writes them as a nats-server ``authorization`` block (``nats.conf``).
 """
@@ -124,14 +124,18 @@ def observer_role(subjects: Subjects, user: str = "observer") -> Role:
     publish = [f"{subjects.prefix}.api.{verb}" for verb in READ_ONLY_VERBS]
     for stream in (subjects.events_stream, subjects.checkpoint_stream, subjects.dlq_stream):
         publish += _stream_reader(stream)
-    subscribe = (subjects.events_all, subjects.checkpoint_all, subjects.dlq_all, f"{inbox_prefix_of(user)}.>")
-    return Role(user, "an observer: events, checkpoints, replay, read-only verbs", tuple(publish), subscribe)
+    # Replies live: `turnstile tail` (a checkpoint already holds every reply's text).
+    subscribe = (subjects.events_all, subjects.checkpoint_all, subjects.outbound_all, subjects.dlq_all,
+                 f"{inbox_prefix_of(user)}.>")
+    return Role(user, "an observer: events, checkpoints, replies, replay, read-only verbs", tuple(publish), subscribe)
 
 
 def admin_role(subjects: Subjects, user: str = "admin") -> Role:
     observer = observer_role(subjects, user)
     reads = tuple(s for s in observer.publish if not s.startswith(f"{subjects.prefix}.api."))
-    return Role(user, "an operator: the observer plus every control verb", (subjects.api_all, *reads), observer.subscribe)
+    # Inbound too: an operator may send a test message (`turnstile send`) and watch its turn.
+    return Role(user, "an operator: the observer plus every control verb and test messages",
+                (subjects.api_all, subjects.inbound_all, *reads), observer.subscribe)
 
 
 def dev_roles(subjects: Subjects, platforms: tuple[str, ...] = ("cli",)) -> tuple[Role, ...]:

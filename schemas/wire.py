@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -181,6 +183,23 @@ class ControlOk(WireModel, Generic[T]):
 
     ok: Literal[True] = True
     result: T
+
+
+class ControlPageOk(WireModel, Generic[T]):
+    """A successful reply of a list operation: one page of items, and the cursor of the next page
+    (``null`` on the last page; pass it back unchanged as ``cursor``)."""
+
+    ok: Literal[True] = True
+    result: list[T]
+    next_cursor: str | None = None
+
+
+@dataclass(frozen=True)
+class Page(Generic[T]):
+    """What a list operation returns: one page, sent as ``ControlPageOk``."""
+
+    items: list[T]
+    next_cursor: str | None
 
 
 class ControlError(WireModel):
