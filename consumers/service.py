@@ -18,6 +18,7 @@ from consumers.http_server import HttpServer
 from consumers.inbound import InboundLoop
 from consumers.inflight import recover_inflight
 from consumers.lease import OwnershipLease
+from consumers.max_deliveries import watch_max_deliveries
 from consumers.nats_connect import broker_options, connect_options
 from consumers.operations import control_operations
 from consumers.publisher import Publisher
@@ -130,6 +131,11 @@ class TurnstileService:
             self.inbound.process_batch, s.fetch_batch,
         )
         self.inbound.start()
+        # A message JetStream gave up redelivering (max deliveries) is served from the stream, not parked.
+        await watch_max_deliveries(
+            self.broker.connection, self.js, self.subjects.inbound_stream, s.consumer_name,
+            self.inbound.process_batch, self.lost,
+        )
         self._started = True
 
     def _on_lease_lost(self) -> None:
