@@ -7,6 +7,9 @@ per-session order, and serving again within the rig's bound once the fault ends.
 from __future__ import annotations
 
 import asyncio
+import os
+import random
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,7 +23,8 @@ pytestmark = pytest.mark.timeout(240)
 
 
 async def _load_while(rig: FaultRig, fault: Callable[[], object], n_sessions: int, messages: int) -> None:
-    load = asyncio.create_task(rig.load(sessions(n_sessions, "f"), messages, rate_per_s=15.0, directives=mixed))
+    rate = 20.0 if n_sessions * messages > 100 else 15.0
+    load = asyncio.create_task(rig.load(sessions(n_sessions, "f"), messages, rate_per_s=rate, directives=mixed))
     try:
         result = fault()
         if asyncio.iscoroutine(result):
@@ -46,6 +50,30 @@ async def test_service_sigkill_under_load(run: int, tmp_path: Path, fault_row: C
         await _load_while(rig, lambda: _service_kills(rig, 2), n_sessions=6, messages=8)
         report, _ = await rig.settle()
         check(rig, report, fault_row, f"service SIGKILL ×2, restart after 1 s (run {run})")
+
+
+KILL_RUNS = int(os.environ.get("TURNSTILE_FAULTS_KILL_RUNS", "4"))
+
+
+async def _random_kills(rig: FaultRig, rng: random.Random, kills: int, span_s: float) -> None:
+    t0 = time.monotonic()
+    for at_s in sorted(rng.uniform(0.1, 0.9) * span_s for _ in range(kills)):
+        await asyncio.sleep(max(0.0, t0 + at_s - time.monotonic()))  # the planned moment, not a condition
+        await rig.kill_service()
+        await asyncio.sleep(rng.uniform(0.0, 3.0))  # the planned restart delay
+        await rig.restart_service()
+        rig.fault_ended()
+
+
+@pytest.mark.faults_long
+@pytest.mark.parametrize("seed", range(KILL_RUNS))
+async def test_service_kill_campaign(seed: int, tmp_path: Path, fault_row: Callable[..., None]) -> None:
+    # 12 sessions × 20 messages at 20/s (12 s), 4 SIGKILLs at seeded moments, restarts after 0-3 s.
+    rng = random.Random(seed)
+    async with FaultRig(tmp_path) as rig:
+        await _load_while(rig, lambda: _random_kills(rig, rng, 4, 12.0), n_sessions=12, messages=20)
+        report, _ = await rig.settle()
+        check(rig, report, fault_row, f"service SIGKILL ×4 at seeded moments, restart after 0-3 s (seed {seed})")
 
 
 async def _service_pause(rig: FaultRig, pause_s: float) -> None:
@@ -103,6 +131,7 @@ async def test_broker_sigstop_under_load(tmp_path: Path, fault_row: Callable[...
 
 
 @pytest.mark.rule("MQ-1")
+@pytest.mark.faults_long  # also in tests/integration/test_broker_outage.py (exit 4 after the timeout)
 async def test_broker_down_when_the_service_starts(tmp_path: Path, fault_row: Callable[..., None]) -> None:
     rig = FaultRig(tmp_path, env={"TURNSTILE_CONNECT_TIMEOUT_S": "60"})
     try:

@@ -82,6 +82,7 @@ async def test_a_message_that_reaches_max_deliver_is_still_answered(
         assert "max deliveries" in rig.proc.log_text()
 
 
+@pytest.mark.faults_long  # the refusals themselves are tested in tests/integration (subject limits, DLQ bounds)
 async def test_session_ids_too_long_and_bad_input_are_dead_lettered_with_their_code(
     tmp_path: Path, fault_row: Callable[..., None]
 ) -> None:
