@@ -15,5 +15,5 @@ def _registry_with_effects(extra: list[ToolDefinition] | None = None) -> ToolReg
 
 
 if __name__ == "__main__":
-    consumers.wiring.builtin_registry = _registry_with_effects  # type: ignore[assignment]
+    consumers.wiring.builtin_registry = _registry_with_effects
     sys.exit(main(sys.argv[1:]))

@@ -19,6 +19,7 @@ import nats
 import orjson
 from nats.aio.client import Client
 from nats.js.api import PubAck
+from nats.js.errors import APIError, ServiceUnavailableError
 
 from consumers.nats_server import NatsServer
 from consumers.settings import Settings
@@ -116,7 +117,7 @@ class FaultRig:
     ) -> Published | None:
         """Publish message ``index`` of ``sid``, retried with the same id until acked or refused for good.
 
-        A refusal by the broker (``nats.js.errors.APIError``: stream full, store full, …) is recorded in
+        A refusal by the broker (``APIError``: stream full, store full, …) is recorded in
         ``refused`` and returns None: the message was not accepted."""
         text = f"fault {sid} #{index}"
         body = inbound(sid, directives + text)
@@ -130,7 +131,10 @@ class FaultRig:
                     self.subjects.inbound("cli", sid), orjson.dumps(body), headers={"Nats-Msg-Id": body["id"]},
                     timeout=2.0,
                 )
-            except nats.js.errors.APIError as exc:
+            except APIError as exc:
+                if isinstance(exc, ServiceUnavailableError) and exc.err_code is None and time.monotonic() < deadline:
+                    await asyncio.sleep(0.2)  # JetStream not answering yet (broker restarting): not a refusal
+                    continue
                 self.refused.append(f"{body['id']}: {exc.description or exc}")
                 return None
             except Exception:

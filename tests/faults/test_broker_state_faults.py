@@ -7,9 +7,9 @@ import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
-import nats
 import pytest
 from nats.js.api import DiscardPolicy, StreamConfig
+from nats.js.errors import APIError
 
 from tests.faults.load import check, sessions
 from tests.faults.rig import FaultRig
@@ -29,7 +29,7 @@ async def _fill(rig: FaultRig, name: str) -> int:
     while True:
         try:
             await js.publish(f"{name}.x", FILLER, timeout=5)
-        except nats.js.errors.APIError:
+        except APIError:
             return stored
         stored += len(FILLER)
 
