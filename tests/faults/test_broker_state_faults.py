@@ -34,7 +34,6 @@ async def _fill(rig: FaultRig, name: str) -> int:
         stored += len(FILLER)
 
 
-@pytest.mark.rule("MQ-8")
 async def test_the_jetstream_store_full(tmp_path: Path, fault_row: Callable[..., None]) -> None:
     config = tmp_path / "nats.conf"
     config.write_text(f"jetstream {{\n  max_file_store: {STORE_BYTES}\n}}\n")
@@ -57,7 +56,6 @@ async def test_the_jetstream_store_full(tmp_path: Path, fault_row: Callable[...,
         check(rig, report, fault_row, f"JetStream store full ({STORE_BYTES // 1024 // 1024} MB) for 4 s mid-turn")
 
 
-@pytest.mark.rule("MQ-8")
 async def test_the_inbound_stream_full(tmp_path: Path, fault_row: Callable[..., None]) -> None:
     async with FaultRig(tmp_path) as rig:
         js = rig.client.jetstream()
@@ -81,7 +79,6 @@ async def test_the_inbound_stream_full(tmp_path: Path, fault_row: Callable[..., 
         check(rig, report, fault_row, "inbound stream capped (max_msgs, discard new): 3 of 10 refused")
 
 
-@pytest.mark.rule("MQ-1")
 @pytest.mark.faults_long
 async def test_the_inbound_consumer_deleted_under_load(tmp_path: Path, fault_row: Callable[..., None]) -> None:
     async with FaultRig(tmp_path) as rig:

@@ -25,7 +25,6 @@ async def _event_types(rig: FaultRig) -> list[str]:
     return [str(m.body.get("type")) for m in stored]
 
 
-@pytest.mark.rule("MQ-8")
 @pytest.mark.parametrize("lock_s", [4.0, pytest.param(25.0, marks=pytest.mark.faults_long)])
 async def test_twenty_sqlite_writers_and_another_process_holding_the_write_lock(
     lock_s: float, tmp_path: Path, fault_row: Callable[..., None]

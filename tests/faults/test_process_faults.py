@@ -65,6 +65,7 @@ async def _random_kills(rig: FaultRig, rng: random.Random, kills: int, span_s: f
         rig.fault_ended()
 
 
+@pytest.mark.rule("MQ-8")
 @pytest.mark.faults_long
 @pytest.mark.parametrize("seed", range(KILL_RUNS))
 async def test_service_kill_campaign(seed: int, tmp_path: Path, fault_row: Callable[..., None]) -> None:
@@ -103,7 +104,6 @@ async def _broker_kill(rig: FaultRig, down_s: float) -> None:
     rig.fault_ended()
 
 
-@pytest.mark.rule("MQ-1")
 @pytest.mark.parametrize("down_s", [3.0, pytest.param(10.0, marks=pytest.mark.faults_long)])
 async def test_broker_sigkill_under_load(down_s: float, tmp_path: Path, fault_row: Callable[..., None]) -> None:
     async with FaultRig(tmp_path) as rig:
@@ -130,7 +130,6 @@ async def test_broker_sigstop_under_load(tmp_path: Path, fault_row: Callable[...
         check(rig, report, fault_row, "broker SIGSTOP 8 s")
 
 
-@pytest.mark.rule("MQ-1")
 @pytest.mark.faults_long  # also in tests/integration/test_broker_outage.py (exit 4 after the timeout)
 async def test_broker_down_when_the_service_starts(tmp_path: Path, fault_row: Callable[..., None]) -> None:
     rig = FaultRig(tmp_path, env={"TURNSTILE_CONNECT_TIMEOUT_S": "60"})

@@ -41,7 +41,7 @@ def _lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
-@pytest.mark.rule("KS-10", "KS-20")
+@pytest.mark.rule("KS-10", "MQ-3")
 @pytest.mark.parametrize(
     ("idempotent", "point"),
     [pytest.param(i, p, marks=() if (i, p) in CI else pytest.mark.faults_long, id=f"{'idem' if i else 'once'}-{p}")

@@ -21,7 +21,6 @@ pytestmark = pytest.mark.timeout(180)
 ACK_WAIT_S = 1.0
 
 
-@pytest.mark.rule("MQ-8")
 async def test_a_turn_longer_than_three_ack_waits_is_not_redelivered(
     tmp_path: Path, fault_row: Callable[..., None]
 ) -> None:
@@ -48,7 +47,6 @@ async def _steal_delivery(rig: FaultRig) -> int:
     return int(msgs[0].metadata.sequence.stream)
 
 
-@pytest.mark.rule("MQ-1")
 async def test_a_message_that_reaches_max_deliver_is_still_answered(
     tmp_path: Path, fault_row: Callable[..., None]
 ) -> None:
