@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install browser run test test-unit test-integration test-soak bench bench-quick schemas screenshot clean
+.PHONY: install browser run test test-unit test-integration test-soak test-faults bench bench-quick schemas screenshot clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -38,6 +38,10 @@ test-integration: $(STAMP) browser
 # The issue-sized crash soak (50 sessions × 20 messages, 10 SIGKILLs); TURNSTILE_SOAK_* set seed and sizes.
 test-soak: $(STAMP)
 	$(BIN)/python -m tests.soak --profile long $(SOAK_ARGS)
+
+# The whole fault suite (tests/faults/): every fault and more runs; `make test` runs its CI selection.
+test-faults: $(STAMP)
+	TURNSTILE_FAULTS=all $(BIN)/python -m pytest tests/faults -p no:cacheprovider $(PYTEST_ARGS)
 
 $(VENV)/.bench-installed: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'

@@ -60,7 +60,8 @@ async def inflight_range(js: JetStreamContext, stream: str, consumer: str) -> tu
     return ((floor or 0) + 1, last or 0)
 
 
-async def _read(nc: Client, js: JetStreamContext, stream: str, consumer: str, seq: int) -> Msg | None:
+async def read_recovered(nc: Client, js: JetStreamContext, stream: str, consumer: str, seq: int) -> Msg | None:
+    """Stream message ``seq`` as a ``RecoveredMsg``, or None when the stream no longer holds it."""
     try:
         raw = await js.get_msg(stream, seq)
     except NotFoundError:
@@ -96,7 +97,7 @@ async def _recover(
     done = 0
     for start in range(first, last + 1, max(chunk, 1)):
         seqs = range(start, min(start + max(chunk, 1), last + 1))
-        read = await asyncio.gather(*(_read(nc, js, stream, consumer, s) for s in seqs))
+        read = await asyncio.gather(*(read_recovered(nc, js, stream, consumer, s) for s in seqs))
         msgs = [m for m in read if m is not None]
         if msgs:
             await process(msgs)

@@ -19,6 +19,7 @@ from consumers.inbound import InboundLoop
 from consumers.inflight import recover_inflight
 from consumers.inspector import inspector_routes
 from consumers.lease import OwnershipLease
+from consumers.max_deliveries import watch_max_deliveries
 from consumers.metrics import Metrics
 from consumers.nats_connect import broker_options, connect_options
 from consumers.observability import observability_routes
@@ -152,6 +153,11 @@ class TurnstileService:
             self.inbound.process_batch, s.fetch_batch,
         )
         self.inbound.start()
+        # A message JetStream gave up redelivering (max deliveries) is served from the stream, not parked.
+        await watch_max_deliveries(
+            self.broker.connection, self.js, self.subjects.inbound_stream, s.consumer_name,
+            self.inbound.process_batch, self.lost,
+        )
         self._started = True
         self._set_role("owner")
 
