@@ -94,7 +94,10 @@ def service_role(subjects: Subjects, user: str = "turnstile-service") -> Role:
         publish += _stream_admin(stream)
     publish.append(f"$KV.{bucket}.>")
     return Role(
-        user, "the turnstile service", tuple(publish), (subjects.api_all, f"{inbox_prefix_of(user)}.>"),
+        user, "the turnstile service", tuple(publish),
+        # the MaxDeliver advisories of its inbound consumer (consumers/max_deliveries.py)
+        (subjects.api_all, f"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{subjects.inbound_stream}.>",
+         f"{inbox_prefix_of(user)}.>"),
         # Two: nats-server counts a request once per matching subscription, and the service has two on
         # every verb (the verb's own and the ``api.>`` fallback's); one reply otherwise fails.
         responses_max=2,

@@ -47,6 +47,7 @@ async def test_a_provider_that_echoes_the_api_key_leaks_it_nowhere(
             database_url=f"sqlite+aiosqlite:///{tmp_path / 'turnstile.db'}", prefix="t" + uuid.uuid4().hex[:8],
             fetch_timeout_s=0.2, provider="openai", openai_base_url=fake.url, openai_api_key=SecretStr(API_KEY),
             model="gpt-test", turn_retry_attempts=1, provider_timeout_s=10.0,
+            provider_check=False,  # this fake refuses every key; the turn is what leaks, not the start
         )
         service = TurnstileService(settings)
         await service.start()
