@@ -15,9 +15,10 @@ after a deletion's clear is never read by generation g+1 (SM-21/SM-22), and
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import orjson
-from sqlalchemy import and_, delete, exists, func, insert, or_, select, tuple_
+from sqlalchemy import Select, and_, delete, exists, func, insert, or_, select, tuple_
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -69,18 +70,7 @@ class SqlHistoryJournal:
             .where(and_(journal_entries.c.session_id == session_id, journal_entries.c.generation == generation))
             .order_by(journal_entries.c.seq)
         )
-        try:
-            async with self._engine.connect() as conn:
-                rows = (await conn.execute(query)).all()
-        except DBAPIError as exc:
-            raise Unavailable(f"journal read failed: {exc.orig!r}") from exc
-        return [
-            JournalEntry(
-                seq=row.seq, kind=EntryKind(row.kind), turn_id=row.turn_id,
-                external_event_id=row.external_event_id, at=row.at, payload=orjson.loads(row.payload),
-            )
-            for row in rows
-        ]
+        return await self._entries(query)
 
     async def entries_for_event(
         self, session_id: str, external_event_id: str, kinds: Sequence[EntryKind], *, generation: int = 0
@@ -96,6 +86,10 @@ class SqlHistoryJournal:
             )
             .order_by(journal_entries.c.seq)
         )
+        return await self._entries(query)
+
+    async def _entries(self, query: Select[Any]) -> list[JournalEntry]:
+        """Run a query over journal rows and read them back as entries; Unavailable when the read fails."""
         try:
             async with self._engine.connect() as conn:
                 rows = (await conn.execute(query)).all()
