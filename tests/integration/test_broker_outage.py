@@ -28,7 +28,6 @@ async def _published(nc: Client, subjects: Subjects, body: dict[str, object]) ->
     return True
 
 
-@pytest.mark.rule("MQ-1", "MQ-2")
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("outage_s", [3.0, 8.0, 20.0])
 async def test_the_only_process_survives_a_broker_outage_and_answers_afterwards_once(
@@ -67,7 +66,6 @@ async def test_the_only_process_survives_a_broker_outage_and_answers_afterwards_
         await proc.stop()
 
 
-@pytest.mark.rule("MQ-1", "MQ-2")
 @pytest.mark.timeout(150)
 async def test_the_only_process_survives_a_paused_broker_and_answers_afterwards_once(
     settings: Settings, nats_server: NatsServer, nc: Client, subjects: Subjects, tmp_path: Path

@@ -10,7 +10,6 @@ from nats.aio.client import Client
 from consumers.lease import LEASE_KEY, OwnershipLease
 
 
-@pytest.mark.rule("MQ-2")
 async def test_release_deletes_the_lease_when_a_cancelled_renewal_already_moved_its_revision(nc: Client) -> None:
     bucket = f"L{uuid.uuid4().hex[:8]}"
     js = nc.jetstream()
@@ -25,7 +24,6 @@ async def test_release_deletes_the_lease_when_a_cancelled_renewal_already_moved_
     assert await OwnershipLease(js, bucket, ttl_s=30.0, owner_id="next").try_acquire()
 
 
-@pytest.mark.rule("MQ-2")
 async def test_release_leaves_another_holders_lease_alone(nc: Client) -> None:
     bucket = f"L{uuid.uuid4().hex[:8]}"
     js = nc.jetstream()

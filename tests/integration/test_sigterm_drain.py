@@ -21,7 +21,7 @@ SHORT_SESSIONS = 10
 LONG_SESSIONS = 3
 
 
-@pytest.mark.rule("MQ-2", "MQ-8")
+@pytest.mark.rule("MQ-8")
 @pytest.mark.timeout(150)
 async def test_sigterm_under_load_hands_over_within_the_drain_timeout_and_everything_is_answered_once(
     settings: Settings, tmp_path: Path, nc: Client, subjects: Subjects

@@ -55,7 +55,6 @@ def _tool_round() -> dict[str, Any]:
     return body
 
 
-@pytest.mark.rule("KS-10")
 @pytest.mark.timeout(120)
 async def test_partial_text_streams_on_core_nats_and_the_durable_reply_follows(
     openai_process: ServiceProcess, fake_openai: FakeOpenAI, nc: Client, subjects: Subjects
