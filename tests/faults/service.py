@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
-import os
 import signal
-import sys
 from pathlib import Path
 
 from consumers.settings import Settings
-from tests.integration.service_process import ROOT, ServiceProcess
+from tests.integration.service_process import ServiceProcess
 
 
 class FaultService(ServiceProcess):
@@ -18,24 +15,7 @@ class FaultService(ServiceProcess):
     def __init__(
         self, settings: Settings, log_path: Path, extra_env: dict[str, str], module: str = "consumers.cli"
     ) -> None:
-        super().__init__(settings, log_path, extra_env=extra_env)
-        self.module = module
-
-    async def start(self) -> None:
-        env = dict(os.environ)
-        env.update(
-            TURNSTILE_NATS_URL=self.settings.nats_url,
-            TURNSTILE_DATABASE_URL=self.settings.database_url,
-            TURNSTILE_PREFIX=self.settings.prefix,
-            TURNSTILE_FETCH_TIMEOUT_S="0.2",
-            TURNSTILE_ACK_WAIT_S="5",
-            TURNSTILE_LEASE_TTL_S="1.5",
-        )
-        env.update(self.extra_env)
-        with self.log_path.open("ab") as log:
-            self.proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", self.module, "run", cwd=ROOT, env=env, stdout=log, stderr=log
-            )
+        super().__init__(settings, log_path, extra_env=extra_env, module=module)
 
     @property
     def running(self) -> bool:

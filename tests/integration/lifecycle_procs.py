@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import os
-import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -14,31 +11,14 @@ from nats.aio.client import Client
 from consumers.settings import Settings
 from schemas.subjects import Subjects
 from tests.integration.harness import Collector, wait_for
-from tests.integration.service_process import ROOT, ServiceProcess
+from tests.integration.service_process import ServiceProcess
 
 
 class ConfiguredProcess(ServiceProcess):
     """``ServiceProcess`` with extra ``TURNSTILE_*`` variables (they win over the defaults)."""
 
     def __init__(self, settings: Settings, log_path: Path, **env: str) -> None:
-        super().__init__(settings, log_path)
-        self.env = env
-
-    async def start(self) -> None:
-        env = dict(os.environ)
-        env.update(
-            TURNSTILE_NATS_URL=self.settings.nats_url,
-            TURNSTILE_DATABASE_URL=self.settings.database_url,
-            TURNSTILE_PREFIX=self.settings.prefix,
-            TURNSTILE_FETCH_TIMEOUT_S="0.2",
-            TURNSTILE_ACK_WAIT_S="5",
-            TURNSTILE_LEASE_TTL_S="1.5",
-        )
-        env.update(self.env)
-        with self.log_path.open("ab") as log:
-            self.proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "consumers.cli", "run", cwd=ROOT, env=env, stdout=log, stderr=log
-            )
+        super().__init__(settings, log_path, extra_env=env)
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

@@ -19,12 +19,17 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class ServiceProcess:
-    """``turnstile run`` as a child process with the test's settings (``extra_env`` overrides more)."""
+    """``turnstile run`` as a child process with the test's settings (``extra_env`` overrides more;
+    ``module`` is the entry point run as ``python -m <module> run``)."""
 
-    def __init__(self, settings: Settings, log_path: Path, extra_env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, settings: Settings, log_path: Path, extra_env: Mapping[str, str] | None = None,
+        module: str = "consumers.cli",
+    ) -> None:
         self.settings = settings
         self.log_path = log_path
         self.extra_env = dict(extra_env or {})
+        self.module = module
         self.proc: asyncio.subprocess.Process | None = None
 
     async def start(self) -> None:
@@ -40,7 +45,7 @@ class ServiceProcess:
         env.update(self.extra_env)
         with self.log_path.open("ab") as log:
             self.proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "consumers.cli", "run", cwd=ROOT, env=env, stdout=log, stderr=log
+                sys.executable, "-m", self.module, "run", cwd=ROOT, env=env, stdout=log, stderr=log
             )
 
     async def wait_ready(self, nc: Client, timeout_s: float = 30.0) -> None:
