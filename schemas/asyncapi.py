@@ -80,7 +80,7 @@ def checkpoint_model(snapshot: type[BaseModel] | None) -> type[BaseModel]:
     """The checkpoint message with ``snapshot`` typed as ``snapshot`` (the KS-20 value) when given."""
     if snapshot is None:
         return Checkpoint
-    model: type[BaseModel] = create_model(  # type: ignore[call-overload]
+    model: type[BaseModel] = create_model(
         "CheckpointMessage", __base__=Checkpoint, __doc__=Checkpoint.__doc__, snapshot=(snapshot, ...)
     )
     return model

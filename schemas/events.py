@@ -110,12 +110,12 @@ def typed_event(event_type: str) -> type[BaseModel]:
     data_model = EVENT_DATA[event_type]
     name = "Event_" + event_type.replace(".", "_")
     fields: dict[str, Any] = {
-        "type": (Literal[event_type], ...),  # type: ignore[valid-type]
+        "type": (Literal[event_type], ...),
         "session_id": (str | None, Field(description="null for service events (token `_`)")),
         "at": (float, Field(description="epoch seconds when the event was emitted")),
         "data": (data_model, ...),
     }
-    model: type[BaseModel] = create_model(  # type: ignore[call-overload]
+    model: type[BaseModel] = create_model(
         name, __config__=ConfigDict(extra="forbid", frozen=True), __doc__=f"Event {event_type}.", **fields
     )
     return model

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import get_args, get_origin
+from typing import Any, get_args, get_origin
 
 import orjson
 from pydantic import BaseModel
@@ -72,7 +72,7 @@ def all_documents() -> dict[str, dict[str, object]]:
     specs = operation_specs()
     for spec in specs:
         # A list operation's `result` is the page's items (its `next_cursor` stands beside `result`).
-        items = list[get_args(spec.result)[0]] if get_origin(spec.result) is Page else spec.result  # type: ignore[misc]
+        items: Any = list[get_args(spec.result)[0]] if get_origin(spec.result) is Page else spec.result  # type: ignore[misc]
         documents[f"api.{spec.name}.result"] = TypeAdapter(items).json_schema()
     operations = [ApiOperation(s.name, s.summary, s.request, s.result) for s in specs]
     documents["asyncapi"] = build(operations, snapshot=Snapshot)

@@ -8,11 +8,10 @@ from core.engine.journal import (
     EntryKind,
     GenerationalJournal,
     HistoryJournal,
-    InMemoryJournal,
     JournalEntry,
     JournalOfGeneration,
 )
-from core.engine.knowledge import InMemoryKnowledgeStore, KnowledgeNode, KnowledgeObject, KnowledgeStore
+from core.engine.knowledge import KnowledgeNode, KnowledgeObject, KnowledgeStore
 from core.engine.objects import ResolvedObject
 from core.engine.options import AgentMode, RuntimeModel, SessionOptions, WorkBinding
 from core.engine.policy import MidTurnAction, MidTurnPolicy, decide_mid_turn
@@ -30,10 +29,8 @@ __all__ = [
     "GenerationalJournal",
     "HistoryJournal",
     "HistoryReader",
-    "InMemoryJournal",
-    "InMemoryKnowledgeStore",
-    "JournalHistoryReader",
     "JournalEntry",
+    "JournalHistoryReader",
     "JournalOfGeneration",
     "KnowledgeNode",
     "KnowledgeObject",

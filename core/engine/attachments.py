@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Callable
+from typing import Any
 
 from core.engine.delivery import validate_delivery_file_name
+from core.engine.objects import transport_kind_for
 from core.errors import InvalidInput, TooLarge
 
 
@@ -37,3 +40,26 @@ def check_inbound_attachment(file_name: object, data_base64: str | None, max_byt
     if data_base64 is not None:
         inline_attachment_bytes(name, data_base64, max_bytes)
     return name
+
+
+def attachment_drafts(
+    attachments: list[dict[str, Any]], new_id: Callable[[str], str]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Object payloads for attachments carrying bytes, and the attachment list for the message."""
+    objects: list[dict[str, Any]] = []
+    listed: list[dict[str, Any]] = []
+    for raw in attachments:
+        if not isinstance(raw, dict):
+            raise InvalidInput("each attachment must be an object")
+        file_name = validate_delivery_file_name(raw.get("file_name"))
+        media_type = str(raw.get("media_type") or "application/octet-stream")
+        object_id = str(raw.get("id") or new_id("att"))
+        listed.append({"id": object_id, "file_name": file_name, "media_type": media_type})
+        if raw.get("data_base64") is not None:
+            data = inline_attachment_bytes(file_name, str(raw["data_base64"]))
+            objects.append({
+                "object_id": object_id, "file_name": file_name, "media_type": media_type,
+                "transport_kind": transport_kind_for(media_type), "size": len(data), "delivery": False,
+                "data_b64": base64.b64encode(data).decode("ascii"),
+            })
+    return objects, listed

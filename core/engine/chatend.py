@@ -34,7 +34,7 @@ class TranscriptMemo:
     """Per-item projections, rendered blocks and JSON encodings of one transcript list,
     reused while it only grows (the checkpoint encoder splices the encodings)."""
 
-    __slots__ = ("source", "items", "messages", "blocks", "item_json", "messages_json")
+    __slots__ = ("blocks", "item_json", "items", "messages", "messages_json", "source")
 
     def __init__(self, source: list[dict[str, Any]]) -> None:
         self.source = source

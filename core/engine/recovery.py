@@ -11,14 +11,13 @@ from its result. The newest items kept aim at half the window.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from core.engine.chatend import project_messages, render_messages, transcript_chatend_text
+from core.engine.drafts import Checkpoint
 from core.engine.journal import EntryKind
+from core.engine.session_port import SessionPort
 from core.providers.base import ModelRequest, estimate_tokens
-
-if TYPE_CHECKING:
-    from core.engine.session import Checkpoint, Session
 
 KEEP_FRACTION = 0.5
 
@@ -44,7 +43,7 @@ def choose_cut(system_prompt: str, transcript: list[dict[str, Any]], window_toke
     return boundaries[-1]
 
 
-async def recover_context(session: Session, checkpoint: Checkpoint | None) -> bool:
+async def recover_context(session: SessionPort, checkpoint: Checkpoint | None) -> bool:
     """Summarise old turns when the context is over the window; True if it compacted."""
     state = session.state
     window = state.runtime.context_window_tokens

@@ -12,41 +12,31 @@ import asyncio
 import base64
 import hashlib
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass
+from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from core.engine import lifecycle
+from core.engine import completion, group_context, openings
 from core.engine.answers import RESPONSE_KINDS
+from core.engine.attachments import attachment_drafts
+from core.engine.drafts import Checkpoint, Draft, interrupted_result
 from core.engine.journal import EntryKind, HistoryJournal, JournalEntry
 from core.engine.knowledge import KnowledgeStore
-from core.engine.objects import ResolvedObject, transport_kind_for
+from core.engine.objects import ResolvedObject, object_bytes_from_journal, transport_kind_for
 from core.engine.options import RuntimeModel, SessionOptions, WorkBinding
-from core.engine.ports import Clock, HistoryReader, PartialText, SameSessionOnly, TakePolicy, iso, utc_now
+from core.engine.ports import Clock, HistoryReader, PartialText, TakePolicy, iso, utc_now
+from core.engine.recovery import recover_context
 from core.engine.reducer import apply
 from core.engine.session_view import SessionView
-from core.engine.snapshot import EncodedSnapshot, encode_snapshot, state_from_snapshot
+from core.engine.snapshot import encode_snapshot, state_from_snapshot
 from core.engine.state import KnowledgePlan, SessionState
-from core.engine.tools import LeaseRegistry, ToolRegistry, builtin_registry
+from core.engine.tools import ToolRegistry
 from core.engine.tools.leases import FileLeases
+from core.engine.turn_loop import run_turn
 from core.errors import Cancelled, CheckpointFailed, Conflict, InvalidInput, NotFound
 from core.providers.base import Provider, Usage
 
-# A checkpoint callback receives the complete snapshot (KS-20) as an ``EncodedSnapshot``:
-# a read-only mapping equal to ``Session.snapshot()`` that also carries its JSON bytes.
-Checkpoint = Callable[[EncodedSnapshot], Awaitable[None]]
 T = TypeVar("T")
 MAX_REMEMBERED_CANCELS = 64
-
-
-@dataclass
-class Draft:
-    """An entry before it has a seq."""
-
-    kind: EntryKind
-    payload: dict[str, Any]
-    turn_id: str | None = None
-    external_event_id: str | None = None
 
 
 class Session(SessionView):
@@ -100,13 +90,13 @@ class Session(SessionView):
         options: SessionOptions,
         journal: HistoryJournal,
         provider: Provider,
-        tools: ToolRegistry | None = None,
-        knowledge: KnowledgeStore | None = None,
+        tools: ToolRegistry,
+        knowledge: KnowledgeStore,
+        take_policy: TakePolicy,
+        leases: FileLeases,
         restored: dict[str, Any] | None = None,
         clock: Clock = utc_now,
-        take_policy: TakePolicy | None = None,
         history_reader: HistoryReader | None = None,
-        leases: FileLeases | None = None,
         journal_empty: bool = False,
     ) -> Session:
         """Create or reopen a session (KS-2).
@@ -116,11 +106,10 @@ class Session(SessionView):
         ``options``; journal entries newer than the snapshot are folded on top, so a
         crash between a journal write and its checkpoint loses nothing. ``runtime``
         and ``system_prompt`` always come from the caller. An ingress session stages
-        its source history on first open. ``journal_empty``: the caller knows the session
+        its source history on first open. The collaborators (``tools``, ``knowledge``,
+        ``take_policy``, ``leases``) have no defaults: the caller passes what it uses. ``journal_empty``: the caller knows the session
         was created a moment ago with no history, so the journal is not read.
         """
-        from core.engine.knowledge import InMemoryKnowledgeStore
-
         if not session_id:
             raise InvalidInput("session_id must not be empty")
         if not system_prompt:
@@ -145,15 +134,15 @@ class Session(SessionView):
             system_prompt=system_prompt,
             journal=journal,
             provider=provider,
-            tools=tools or builtin_registry(),
-            knowledge=knowledge or InMemoryKnowledgeStore(),
-            take_policy=take_policy or SameSessionOnly(),
+            tools=tools,
+            knowledge=knowledge,
+            take_policy=take_policy,
             history_reader=history_reader,
-            leases=leases or LeaseRegistry(),
+            leases=leases,
             clock=clock,
         )
         if state.mode.kind == "ingress" and not state.openings.get("ingress"):
-            await lifecycle.stage_ingress_opening(session)
+            await openings.stage_ingress_opening(session)
         return session
 
     # ------------------------------------------------------------------ journal plumbing
@@ -251,7 +240,7 @@ class Session(SessionView):
             return False
         turn_id = self.new_id("turn")
         event_id = meta.get("external_event_id")
-        objects, listed = lifecycle.attachment_drafts(self, attachments)
+        objects, listed = attachment_drafts(attachments, self.new_id)
         user = {"text": text, "attachments": listed, "agent_owned": False}
         if inbound_id:
             user["inbound_id"] = inbound_id
@@ -287,8 +276,6 @@ class Session(SessionView):
         checkpoint: Checkpoint | None = None,
     ) -> None:
         """Stage an explicitly user- or agent-owned source message, then run context recovery (KS-6)."""
-        from core.engine.recovery import recover_context
-
         if not text.strip():
             raise InvalidInput("source message text must not be empty")
         if self._state.completed:
@@ -302,11 +289,11 @@ class Session(SessionView):
 
     async def stage_free_time_opening(self, *, checkpoint: Checkpoint | None = None) -> bool:
         """Create the free-time opening and its turn exactly once (KS-7)."""
-        return await lifecycle.stage_free_time_opening(self, checkpoint)
+        return await openings.stage_free_time_opening(self, checkpoint)
 
     async def stage_wakeup_opening(self, *, checkpoint: Checkpoint | None = None) -> bool:
         """Create the wakeup opening exactly once; needs an RFC 3339 ``wakeup_marker`` (KS-7)."""
-        return await lifecycle.stage_wakeup_opening(self, checkpoint)
+        return await openings.stage_wakeup_opening(self, checkpoint)
 
     async def interrupt_current_turn(self, *, checkpoint: Checkpoint | None = None) -> bool:
         """Repair open tool calls with interrupted results, add a user-stop notice, clear the
@@ -317,7 +304,7 @@ class Session(SessionView):
         if not state.turn.pending and not state.turn.open_calls:
             return False
         drafts = [
-            self.draft(EntryKind.TOOL_RESULT, lifecycle.interrupted_result(call.id, call.name, "stopped by the user"))
+            self.draft(EntryKind.TOOL_RESULT, interrupted_result(call.id, call.name, "stopped by the user"))
             for call in state.turn.open_calls
         ]
         drafts.append(self.draft(EntryKind.NOTICE, {"code": "user_stop", "text": "The user stopped this turn."}))
@@ -335,8 +322,6 @@ class Session(SessionView):
 
     async def run_pending_turn(self, operation_id: str, checkpoint: Checkpoint) -> str | None:
         """Run the provider loop of the pending turn (KS-10); see ``core.engine.turn_loop``."""
-        from core.engine.turn_loop import run_turn
-
         if not self._state.turn.pending:
             return None
         if self._running_op is not None:
@@ -379,11 +364,11 @@ class Session(SessionView):
         self, reason: str, result: str = "", *, checkpoint: Checkpoint | None = None
     ) -> None:
         """Record the free-time slice result and clear the turn (KS-17)."""
-        await lifecycle.finalize_free_time(self, reason, result, checkpoint)
+        await completion.finalize_free_time(self, reason, result, checkpoint)
 
     async def commit_current_write_session(self, *, checkpoint: Checkpoint | None = None) -> None:
         """Atomically commit staged knowledge writes and complete the session (KS-18)."""
-        await lifecycle.commit_write_session(self, checkpoint)
+        await completion.commit_write_session(self, checkpoint)
 
     async def release_managed_sources(self) -> int:
         """Release the session-scoped leases of managed development tools (KS-19)."""
@@ -397,7 +382,7 @@ class Session(SessionView):
         if meta is not None:
             data = self._object_bytes.get(object_id)
             if data is None:
-                data = await lifecycle.object_bytes_from_journal(self, object_id, meta["seq"])
+                data = await object_bytes_from_journal(self.journal, self.session_id, object_id, meta["seq"])
                 self._object_bytes[object_id] = data
             return ResolvedObject(object_id, data, meta["file_name"], meta["media_type"], meta.get("transport_kind"))
         canonical = await self.knowledge.get_object(object_id)
@@ -414,7 +399,7 @@ class Session(SessionView):
     ) -> bool:
         """In a group session replace the channel context, add one controller update box and
         run context recovery; elsewhere a no-op returning False (KS-15)."""
-        return await lifecycle.refresh_group_context(self, context, current_message_id, checkpoint)
+        return await group_context.refresh_group_context(self, context, current_message_id, checkpoint)
 
 
 def _fresh_state(

@@ -8,7 +8,7 @@ only grows and tells two checkpoints of one session apart.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import orjson
 from pydantic import Field
@@ -17,7 +17,7 @@ from core.engine.chatend import memo_chatend_text, memo_for, project_messages, t
 from core.engine.state import SessionState
 from core.errors import InvalidInput
 
-FORMAT_VERSION = 1
+FORMAT_VERSION: Final = 1
 
 Status = Literal["idle", "pending", "exhausted", "completed"]
 
@@ -67,7 +67,7 @@ class EncodedSnapshot(Mapping[str, Any]):
     items and events journaled since the previous snapshot the session handed out.
     """
 
-    __slots__ = ("raw", "state_version", "new_items", "new_events", "_data")
+    __slots__ = ("_data", "new_events", "new_items", "raw", "state_version")
 
     def __init__(
         self, raw: bytes, state_version: int, new_items: list[dict[str, Any]], new_events: list[dict[str, Any]]

@@ -18,20 +18,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
 
 from core.engine.chatend import project_messages
+from core.engine.drafts import Checkpoint, Draft, interrupted_result
 from core.engine.journal import EntryKind
-from core.engine.lifecycle import interrupted_result
 from core.engine.ports import PartialText
 from core.engine.recovery import recover_context
+from core.engine.session_port import SessionPort
 from core.engine.state import OpenCall
 from core.engine.tools import ToolContext, ToolOutcome, validate_arguments
 from core.errors import Conflict, ProviderError, TurnstileError
 from core.providers.base import ModelRequest, ModelResponse, TextSink
-
-if TYPE_CHECKING:
-    from core.engine.session import Checkpoint, Draft, Session
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +38,7 @@ class TurnExhausted(Conflict):
     (``reset_exhausted_turn_rounds_for_retry`` + run again, or interrupt it)."""
 
 
-async def run_turn(session: Session, checkpoint: Checkpoint) -> str | None:
+async def run_turn(session: SessionPort, checkpoint: Checkpoint) -> str | None:
     """Drive the pending turn to its end; see the module docstring."""
     state = session.state
     if state.mode.is_conversation and state.source_terminated:
@@ -52,7 +49,8 @@ async def run_turn(session: Session, checkpoint: Checkpoint) -> str | None:
         if state.turn.phase == "tools" and state.turn.open_calls:
             await _resolve_open_calls(session, checkpoint)
             if not state.turn.pending:
-                return await _complete(session, checkpoint)
+                await _complete(session, checkpoint)
+                return None
             continue
         if state.turn.phase == "answered":
             return await _finish_answered(session, checkpoint)
@@ -73,13 +71,13 @@ async def run_turn(session: Session, checkpoint: Checkpoint) -> str | None:
         await session.commit(drafts, checkpoint)
 
 
-def _final_reply(session: Session, response: ModelResponse) -> bool:
+def _final_reply(session: SessionPort, response: ModelResponse) -> bool:
     """The response answers a conversation turn with something to deliver (no tool calls)."""
     state = session.state
     return state.mode.is_conversation and not response.tool_calls and bool(response.text or state.turn.outputs)
 
 
-def _request(session: Session) -> ModelRequest:
+def _request(session: SessionPort) -> ModelRequest:
     state = session.state
     return ModelRequest(
         model=state.runtime.model,
@@ -102,7 +100,7 @@ def _round_text(watcher: PartialText | None, round_no: int) -> TextSink | None:
     return on_text
 
 
-def _response_payload(session: Session, response: ModelResponse) -> dict[str, object]:
+def _response_payload(session: SessionPort, response: ModelResponse) -> dict[str, object]:
     seen: set[str] = set()
     for call in response.tool_calls:
         if call.id in seen:
@@ -116,7 +114,7 @@ def _response_payload(session: Session, response: ModelResponse) -> dict[str, ob
     }
 
 
-async def _resolve_open_calls(session: Session, checkpoint: Checkpoint) -> None:
+async def _resolve_open_calls(session: SessionPort, checkpoint: Checkpoint) -> None:
     state = session.state
     for call in list(state.turn.open_calls):
         if not state.turn.pending:
@@ -135,7 +133,7 @@ async def _resolve_open_calls(session: Session, checkpoint: Checkpoint) -> None:
         await session.commit(_result_drafts(session, call, outcome), checkpoint)
 
 
-def _result_drafts(session: Session, call: OpenCall, outcome: ToolOutcome) -> list[Draft]:
+def _result_drafts(session: SessionPort, call: OpenCall, outcome: ToolOutcome) -> list[Draft]:
     result = {
         "id": call.id, "name": call.name, "ok": outcome.ok, "content": outcome.content,
         "interrupted": False, "usage": outcome.usage.model_dump(),
@@ -152,7 +150,7 @@ def _result_drafts(session: Session, call: OpenCall, outcome: ToolOutcome) -> li
     return drafts
 
 
-async def _dispatch(session: Session, call: OpenCall) -> ToolOutcome:
+async def _dispatch(session: SessionPort, call: OpenCall) -> ToolOutcome:
     state = session.state
     try:
         tool = session.tools.authorise(call.name, state.mode.kind)
@@ -184,14 +182,14 @@ async def _dispatch(session: Session, call: OpenCall) -> ToolOutcome:
         return ToolOutcome(ok=False, content=f"error (internal): {type(exc).__name__}: {exc}")
 
 
-async def _end(session: Session, checkpoint: Checkpoint, outcome: str, error: str = "") -> None:
+async def _end(session: SessionPort, checkpoint: Checkpoint, outcome: str, error: str = "") -> None:
     payload = {"type": "turn_ended", "outcome": outcome}
     if error:
         payload["error"] = error[:200]
     await session.commit([session.draft(EntryKind.EVENT, payload)], checkpoint)
 
 
-async def _finish_answered(session: Session, checkpoint: Checkpoint) -> str | None:
+async def _finish_answered(session: SessionPort, checkpoint: Checkpoint) -> str | None:
     state = session.state
     answer = state.turn.answer or ""
     has_outputs = bool(state.turn.outputs)
@@ -203,10 +201,11 @@ async def _finish_answered(session: Session, checkpoint: Checkpoint) -> str | No
         await _end(session, checkpoint, "error", message)
         raise ProviderError(message)
     await _end(session, checkpoint, "replied" if has_outputs else "silent")
-    return await _complete(session, checkpoint)
+    await _complete(session, checkpoint)
+    return None
 
 
-async def _complete(session: Session, checkpoint: Checkpoint) -> None:
+async def _complete(session: SessionPort, checkpoint: Checkpoint) -> None:
     """Non-conversation modes finalize and commit their own write session (KS-3)."""
     state = session.state
     if state.mode.is_conversation:

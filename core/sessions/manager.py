@@ -28,6 +28,7 @@ from core.sessions.inbound import IncomingMessage
 from core.sessions.places import default_workspace_place, merged_metadata
 from core.sessions.platforms import OwnerIdentities, PlatformRegistry
 from core.sessions.ports import ClearSessionData, EventSink, SessionRepository, StoreChange
+from core.sessions.recording import InboundRecorder
 from core.sessions.records import (
     DEFAULT_WORKSPACE_KEY,
     JsonObject,
@@ -39,7 +40,6 @@ from core.sessions.records import (
     TakeSettings,
     WorkspaceRecord,
 )
-from core.sessions.recording import InboundRecorder
 from core.sessions.table import SessionTable
 from core.sessions.turn_ledger import TurnLedger
 from core.sessions.writer import PendingEvent, SessionWriter, event_payload
@@ -118,7 +118,7 @@ class SessionManager:
         return self._table.get(session_id)
 
     def list_sessions(
-        self, parent_id: str | None | ParentFilter = ANY_PARENT, status: SessionStatus | None = None
+        self, parent_id: str | ParentFilter | None = ANY_PARENT, status: SessionStatus | None = None
     ) -> list[SessionRecord]:
         """SM-34: all records, or the children of ``parent_id`` (None = roots), optionally by status."""
         if isinstance(parent_id, ParentFilter):

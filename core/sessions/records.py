@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Final, Literal, Union
 
-JsonValue = Union[None, bool, int, float, str, list["JsonValue"], dict[str, "JsonValue"]]
+# A recursive alias: typing.Union keeps the quoted self-references lazy for pydantic.
+JsonValue = Union[None, bool, int, float, str, list["JsonValue"], dict[str, "JsonValue"]]  # noqa: UP007
 JsonObject = dict[str, JsonValue]
 
 SessionStatus = Literal["active", "waiting", "completed", "error", "archived"]

@@ -153,9 +153,8 @@ def place_of(
         if peer_is_owner(root, is_owner):
             return default
         chat = root.origin_chat
-        if chat is None or not chat.target_id:
-            if report is not None:
-                report(root.id, "origin chat missing or without target; window key has empty segments")
+        if (chat is None or not chat.target_id) and report is not None:
+            report(root.id, "origin chat missing or without target; window key has empty segments")
         chat_type = chat.type if chat is not None else ""
         target = chat.target_id if chat is not None else ""
         return SessionPlace("window", window_key(root.origin_platform, chat_type, target))

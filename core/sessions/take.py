@@ -151,9 +151,9 @@ def can_take(
 
     current_self = current_root.origin_chat.self_id if current_root.origin_chat else None
     target_self = target_root.origin_chat.self_id if target_root.origin_chat else None
-    if same_platform and current_self and target_self and current_self != target_self:
-        if not settings.cross_bot_account:
-            return deny(TAKE_CROSS_BOT_ACCOUNT)
+    other_account = same_platform and current_self and target_self and current_self != target_self
+    if other_account and not settings.cross_bot_account:
+        return deny(TAKE_CROSS_BOT_ACCOUNT)
     target_chat = target_root.origin_chat
     if target_chat is not None and target_chat.multi_party:
         return TAKE_OK if settings.read_other_groups else deny(TAKE_OTHER_GROUP)

@@ -10,7 +10,7 @@ the zone is always passed in. Timestamps in parameters are float epoch seconds.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone, tzinfo
+from datetime import UTC, datetime, tzinfo
 from typing import Final, Literal
 
 Language = Literal["en", "zh"]
@@ -81,7 +81,7 @@ class TextRef:
                 return value
         return None
 
-    def render(self, lang: str = SOURCE_LANGUAGE, tz: tzinfo = timezone.utc) -> str:
+    def render(self, lang: str = SOURCE_LANGUAGE, tz: tzinfo = UTC) -> str:
         """The text in ``lang`` (``en``/``zh``; others → English), times shown in ``tz``."""
         templates = CATALOGUE[self.key]
         template = templates["zh"] if lang.lower().startswith("zh") else templates["en"]

@@ -10,7 +10,6 @@ from core.sessions import turns
 from core.sessions.records import SessionRecord
 from core.sessions.writer import SessionWriter, event_payload
 
-
 log = logging.getLogger(__name__)
 
 

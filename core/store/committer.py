@@ -99,10 +99,11 @@ class GroupCommitter:
 
     async def aclose(self) -> None:
         """Write what is queued, stop the writer, release the writer thread and connection."""
-        if self._writer is not None and self._queue is not None:
-            if self._loop is asyncio.get_running_loop() and not self._writer.done():
-                self._queue.put_nowait(None)
-                await self._writer
+        writer = self._writer
+        on_its_loop = self._loop is asyncio.get_running_loop()
+        if writer is not None and self._queue is not None and on_its_loop and not writer.done():
+            self._queue.put_nowait(None)
+            await writer
         self._writer = None
         self._queue = None
         if self._thread is not None:
@@ -142,7 +143,7 @@ class GroupCommitter:
                 else:
                     _settle(queued, result=result)
             return
-        for queued, result in zip(batch, results):
+        for queued, result in zip(batch, results, strict=False):
             _settle(queued, result=result)
 
     async def _transaction(self, ops: list[Operation]) -> list[Any]:

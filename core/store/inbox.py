@@ -12,6 +12,7 @@ a finished message be looked at again, which the actor recognises.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -38,7 +39,6 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core.store.committer import GroupCommitter
-
 from core.store.db import metadata
 
 log = logging.getLogger(__name__)
@@ -253,9 +253,7 @@ class SqlInbox:
             self._pruner = None
         if self._flusher is not None:
             self._flusher.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._flusher
-            except asyncio.CancelledError:
-                pass
             self._flusher = None
         await self.flush()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import core.store.inbox  # noqa: F401
-import core.store.journal_tables  # noqa: F401
-import core.store.lease_repo  # noqa: F401
+import core.store.inbox
+import core.store.journal_tables
+import core.store.lease_repo
 import core.store.session_tables  # noqa: F401

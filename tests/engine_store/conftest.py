@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 import core.store.journal_tables  # noqa: F401 - registers the tables on metadata
 from core.store.db import create_engine, metadata
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 
 @pytest.fixture

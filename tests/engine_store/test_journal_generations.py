@@ -12,9 +12,10 @@ from sqlalchemy import insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 import core.store.tables  # noqa: F401 - the session tables the start-up cleanup joins
-from core.engine import EntryKind, InMemoryJournal, JournalEntry
+from core.engine import EntryKind, JournalEntry
 from core.store.journal_repo import SqlHistoryJournal
 from core.store.session_tables import generations_table, sessions_table
+from tests.fakes.journal import InMemoryJournal
 
 
 def _entry(seq: int, **payload: Any) -> JournalEntry:

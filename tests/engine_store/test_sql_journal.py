@@ -9,7 +9,17 @@ from typing import Any
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from core.engine import EntryKind, JournalEntry, RuntimeModel, Session, SessionOptions, ToolDefinition, builtin_registry
+from core.engine import (
+    EntryKind,
+    JournalEntry,
+    LeaseRegistry,
+    RuntimeModel,
+    SameSessionOnly,
+    Session,
+    SessionOptions,
+    ToolDefinition,
+    builtin_registry,
+)
 from core.engine.tools import ToolOutcome
 from core.errors import CheckpointFailed, Conflict
 from core.providers import ScriptedProvider
@@ -90,6 +100,7 @@ async def test_session_survives_a_process_restart_on_sql(engine: AsyncEngine, db
     session = await Session.open(
         session_id=sid, system_prompt="p", runtime=runtime, options=options, journal=journal,
         provider=ScriptedProvider(directives=True), tools=tools, knowledge=SqlKnowledgeStore(engine),
+        take_policy=SameSessionOnly(), leases=LeaseRegistry(),
     )
     await session.begin_user_turn("/tool count\n/tool count\n/say done")
     with pytest.raises(CheckpointFailed):
@@ -101,6 +112,7 @@ async def test_session_survives_a_process_restart_on_sql(engine: AsyncEngine, db
     resumed = await Session.open(
         session_id=sid, system_prompt="p", runtime=runtime, options=options, journal=fresh_journal,
         provider=ScriptedProvider(directives=True), tools=tools, knowledge=SqlKnowledgeStore(engine), restored=snaps[-1],
+        take_policy=SameSessionOnly(), leases=LeaseRegistry(),
     )
     assert await resumed.run_pending_turn("op-2", _noop) == "done"
     results = [i["payload"] for i in resumed.transcript if i["kind"] == "tool_result"]
@@ -108,7 +120,8 @@ async def test_session_survives_a_process_restart_on_sql(engine: AsyncEngine, db
     assert runs["n"] == 2
     reopened = await Session.open(
         session_id=sid, system_prompt="p", runtime=runtime, options=options, journal=fresh_journal,
-        provider=ScriptedProvider(directives=True), tools=tools,
+        provider=ScriptedProvider(directives=True), tools=tools, knowledge=SqlKnowledgeStore(engine),
+        take_policy=SameSessionOnly(), leases=LeaseRegistry(),
     )
     assert reopened.snapshot() == resumed.snapshot()
     await fresh_journal.aclose()

@@ -10,11 +10,20 @@ import orjson
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from core.engine import AgentMode, InMemoryJournal, RuntimeModel, Session, SessionOptions
+from core.engine import (
+    AgentMode,
+    LeaseRegistry,
+    RuntimeModel,
+    SameSessionOnly,
+    Session,
+    SessionOptions,
+    builtin_registry,
+)
 from core.engine.state import KnowledgeOp
 from core.errors import Conflict
 from core.providers import ScriptedProvider
 from core.store.knowledge_repo import SqlKnowledgeStore
+from tests.fakes.journal import InMemoryJournal
 
 
 def _node(node_id: str, parent: str | None, content: str, base: int | None = None) -> KnowledgeOp:
@@ -84,6 +93,7 @@ async def test_free_time_session_commits_atomically_on_sql(engine: AsyncEngine) 
     session = await Session.open(
         session_id=f"ft-{p}", system_prompt="p", runtime=RuntimeModel(model="m", context_window_tokens=10_000),
         options=options, journal=InMemoryJournal(), provider=ScriptedProvider(directives=True), knowledge=store,
+        tools=builtin_registry(), take_policy=SameSessionOnly(), leases=LeaseRegistry(),
     )
     await session.stage_free_time_opening(checkpoint=checkpoint)
     before_commit = len(await store.children(root))

@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from core.sessions.fields import SessionCreation
 from core.sessions.inbound import ChatScope, IncomingMessage
 from core.sessions.manager import SessionManager
-from core.sessions.memory_repo import RecordingEventSink
+from tests.fakes.session_repo import RecordingEventSink
 from core.sessions.ports import StoreChange
 from core.sessions.records import (
     LastTurn,

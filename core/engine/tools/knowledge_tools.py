@@ -61,8 +61,8 @@ async def _write(ctx: ToolContext, args: dict[str, Any]) -> ToolOutcome:
     if existing is not None and not await inside(ctx.knowledge, plan, node_id, writable):
         raise Forbidden(f"node {node_id!r} is not under a writable root")
     parent_id = args.get("parent_id", existing.parent_id if existing else None)
-    if existing is None or parent_id != existing.parent_id:
-        if not parent_id or not await inside(ctx.knowledge, plan, parent_id, writable):
+    moved = existing is None or parent_id != existing.parent_id
+    if moved and (not parent_id or not await inside(ctx.knowledge, plan, parent_id, writable)):
             raise Forbidden(f"parent {parent_id!r} is not under a writable root")
     prior = staged_node(plan, node_id)
     if prior is not None:

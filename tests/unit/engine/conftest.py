@@ -10,14 +10,16 @@ from typing import Any
 import pytest
 
 from core.engine import (
-    InMemoryJournal,
-    InMemoryKnowledgeStore,
     LeaseRegistry,
     RuntimeModel,
+    SameSessionOnly,
     Session,
     SessionOptions,
+    builtin_registry,
 )
 from core.providers import ScriptedProvider
+from tests.fakes.journal import InMemoryJournal
+from tests.fakes.knowledge import InMemoryKnowledgeStore
 
 PROMPT = "You are the test agent."
 
@@ -95,7 +97,9 @@ def make_session(
             "options": SessionOptions.conversation("im-dm", ["root"]),
             "journal": journal,
             "provider": ScriptedProvider(directives=True),
+            "tools": builtin_registry(),
             "knowledge": knowledge,
+            "take_policy": SameSessionOnly(),
             "leases": leases,
             "clock": StepClock(),
         }

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.engine import InMemoryJournal
+from tests.fakes.journal import InMemoryJournal
 from core.engine.state import MAX_EXTERNAL_EVENTS
 
 from .conftest import Recorder, SessionFactory

@@ -8,7 +8,8 @@ from typing import Any
 import orjson
 import pytest
 
-from core.engine import AgentMode, InMemoryJournal, SessionOptions, Snapshot
+from core.engine import AgentMode, SessionOptions, Snapshot
+from tests.fakes.journal import InMemoryJournal
 from core.engine.snapshot import EncodedSnapshot
 from core.errors import CheckpointFailed, InvalidInput
 

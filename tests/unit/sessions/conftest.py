@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from core.sessions.manager import SessionManager
-from core.sessions.memory_repo import InMemorySessionRepository, RecordingEventSink
+from tests.fakes.session_repo import InMemorySessionRepository, RecordingEventSink
 from core.sessions.platforms import AdapterInstance, OwnerIdentities, PlatformRegistry
 
 START_EPOCH_S = 1_793_620_800.0  # 2026-11-02 12:00 UTC

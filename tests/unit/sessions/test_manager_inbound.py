@@ -9,7 +9,7 @@ import pytest
 
 from core.sessions.inbound import ChatScope, IncomingMessage, Sender
 from core.sessions.manager import SessionManager
-from core.sessions.memory_repo import InMemorySessionRepository, RecordingEventSink
+from tests.fakes.session_repo import InMemorySessionRepository, RecordingEventSink
 from core.sessions.platforms import AdapterInstance
 from core.sessions.records import OriginChat
 

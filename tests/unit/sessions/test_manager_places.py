@@ -7,7 +7,7 @@ import pytest
 from core.errors import InvalidInput, NotFound
 from core.sessions.fields import SessionCreation
 from core.sessions.manager import SessionManager
-from core.sessions.memory_repo import InMemorySessionRepository, RecordingEventSink
+from tests.fakes.session_repo import InMemorySessionRepository, RecordingEventSink
 from core.sessions.records import WorkBinding
 
 from .conftest import FakeClock, ManagerFactory, new_id

@@ -9,7 +9,7 @@ import pytest
 from core.errors import Conflict, InvalidInput, NotFound
 from core.sessions.fields import SessionCreation, SessionFields
 from core.sessions.manager import SessionManager
-from core.sessions.memory_repo import InMemorySessionRepository, RecordingEventSink
+from tests.fakes.session_repo import InMemorySessionRepository, RecordingEventSink
 from core.sessions.records import WorkBinding
 
 from .conftest import ManagerFactory, new_id

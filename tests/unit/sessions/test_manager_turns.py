@@ -9,7 +9,7 @@ import pytest
 
 from core.errors import InvalidInput
 from core.sessions.manager import SessionManager
-from core.sessions.memory_repo import InMemorySessionRepository, RecordingEventSink
+from tests.fakes.session_repo import InMemorySessionRepository, RecordingEventSink
 from core.sessions.ports import StoreChange
 from core.sessions.records import LastTurn, TokenUsage
 

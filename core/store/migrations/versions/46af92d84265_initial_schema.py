@@ -1,7 +1,7 @@
 """initial schema
 
 Revision ID: 46af92d84265
-Revises: 
+Revises:
 Create Date: 2026-11-30 05:45:04.943424
 """
 
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
-
 
 revision = '46af92d84265'
 down_revision = None

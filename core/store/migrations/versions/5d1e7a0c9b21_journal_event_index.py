@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from alembic import op
 
-
 revision = '5d1e7a0c9b21'
 down_revision = "7f3c2b9e4a10"
 branch_labels = None

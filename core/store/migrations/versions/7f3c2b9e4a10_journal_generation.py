@@ -13,7 +13,6 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-
 revision = '7f3c2b9e4a10'
 down_revision = 'a3c5e7f9b1d2'
 branch_labels = None
