@@ -17,16 +17,16 @@ from datetime import tzinfo
 from typing import TYPE_CHECKING, Any
 
 from consumers.api import Operation
-from consumers.paging import Page, paginate, reply_budget
 from consumers.ops_answers import operations as answer_operations
 from consumers.ops_turns import operations as turn_operations
+from consumers.paging import Page, paginate, reply_budget
 from consumers.settings import service_time_zone
 from core.errors import InvalidInput, NotFound
 from core.sessions import rules
-from core.sessions.codec import place_to_json, record_to_json, workspace_to_json
 from core.sessions.fields import SessionCreation
 from core.sessions.manager import SessionManager
 from core.sessions.platforms import AdapterInstance
+from core.sessions.record_json import place_to_json, record_to_json, workspace_to_json
 from core.sessions.records import (
     DEFAULT_WORKSPACE_ID,
     DEFAULT_WORKSPACE_KEY,
@@ -46,6 +46,7 @@ from schemas.control import (
     LabelOut,
     MemoryClearOut,
     MemoryClearRequest,
+    PageRequest,
     PlaceGetRequest,
     PlaceOfOut,
     PlaceOut,
@@ -53,14 +54,13 @@ from schemas.control import (
     PlatformRegisterRequest,
     PlatformUnregisteredOut,
     PlatformUnregisterRequest,
+    SessionChildrenRequest,
     SessionCompleteRequest,
     SessionCreateChildRequest,
     SessionCreateRequest,
     SessionCurrentDirRequest,
     SessionEnsureRequest,
     SessionExtraRootsRequest,
-    PageRequest,
-    SessionChildrenRequest,
     SessionIdRequest,
     SessionListRequest,
     SessionOut,

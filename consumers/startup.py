@@ -20,7 +20,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from consumers.settings import Settings, secret_value
-from core.store.db import create_engine
+from core.store.db import create_db_engine
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ async def open_database(settings: Settings) -> AsyncEngine:
     """The database engine, after one query proved the database answers; ``StartupError`` (3) if not."""
     url = settings.database_url
     try:
-        engine = create_engine(url, sqlite_synchronous=settings.sqlite_synchronous)
+        engine = create_db_engine(url, sqlite_synchronous=settings.sqlite_synchronous)
     except Exception as exc:
         raise StartupError(
             f"cannot use the database URL {shown_url(url)} (TURNSTILE_DATABASE_URL): {_reason(exc)}", EXIT_DATABASE

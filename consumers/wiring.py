@@ -26,7 +26,7 @@ from core.engine import (
 from core.errors import InvalidInput
 from core.providers.base import Provider
 from core.sessions import take
-from core.sessions.inbound import ChatScope, IncomingMessage, Sender
+from core.sessions.incoming_message import ChatScope, IncomingMessage, Sender
 from core.sessions.manager import SessionManager
 from core.sessions.platforms import AdapterInstance, OwnerIdentities, PlatformRegistry
 from core.sessions.ports import ClearSessionData, EventSink

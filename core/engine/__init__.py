@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from core.engine.delivery import validate_delivery_file_name
+from core.engine.file_names import validate_delivery_file_name
 from core.engine.ingress import JournalHistoryReader, ingress_options
 from core.engine.journal import (
     EntryKind,

@@ -8,7 +8,7 @@ import binascii
 from collections.abc import Callable
 from typing import Any
 
-from core.engine.delivery import validate_delivery_file_name
+from core.engine.file_names import validate_delivery_file_name
 from core.engine.objects import transport_kind_for
 from core.errors import InvalidInput, TooLarge
 

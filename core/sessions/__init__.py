@@ -1,7 +1,7 @@
 """The session-manager domain (seed 003): records, rules, take rules, places and the manager."""
 
 from core.sessions.fields import SessionCreation, SessionFields, SessionUpdate
-from core.sessions.inbound import ChatScope, IncomingMessage, Sender
+from core.sessions.incoming_message import ChatScope, IncomingMessage, Sender
 from core.sessions.manager import ANY_PARENT, SessionManager
 from core.sessions.platforms import AdapterInstance, OwnerIdentities, PlatformRegistry
 from core.sessions.ports import EventSink, SessionRepository, StoreChange, StoredState

@@ -24,7 +24,7 @@ from core.sessions.fields import (
     SessionUpdate,
     session_update_from,
 )
-from core.sessions.inbound import IncomingMessage
+from core.sessions.incoming_message import IncomingMessage
 from core.sessions.places import default_workspace_place, merged_metadata
 from core.sessions.platforms import OwnerIdentities, PlatformRegistry
 from core.sessions.ports import ClearSessionData, EventSink, SessionRepository, StoreChange

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from core.errors import InvalidInput
-from core.sessions.inbound import ChatScope
+from core.sessions.incoming_message import ChatScope
 
 
 @dataclass(frozen=True)

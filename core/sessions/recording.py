@@ -8,7 +8,7 @@ from collections.abc import Coroutine
 from dataclasses import replace
 from typing import Any
 
-from core.sessions.inbound import IncomingMessage
+from core.sessions.incoming_message import IncomingMessage
 from core.sessions.places import window_place
 from core.sessions.platforms import AdapterInstance, PlatformRegistry
 from core.sessions.ports import StoreChange

@@ -6,7 +6,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from core.sessions import turns
+from core.sessions import turn_records
 from core.sessions.records import SessionRecord
 from core.sessions.writer import SessionWriter, event_payload
 
@@ -30,7 +30,7 @@ class TurnLedger:
 
         def change(record: SessionRecord) -> SessionRecord:
             self._running[session_id] = self.running(session_id) + 1
-            return turns.turn_started(record, self._writer.now())
+            return turn_records.turn_started(record, self._writer.now())
 
         return await self._write_behind(session_id, change, "turn_started")
 
@@ -38,7 +38,7 @@ class TurnLedger:
         self, session_id: str, outcome: str | None, error: str | None, ended_at: float | None
     ) -> SessionRecord | None:
         """A turn ended: last_turn, last_reply_at, and the status when it was the last running turn."""
-        checked = turns.checked_outcome(outcome)
+        checked = turn_records.checked_outcome(outcome)
         left = max(0, self.running(session_id) - 1)
         if left:
             self._running[session_id] = left
@@ -47,14 +47,14 @@ class TurnLedger:
         at = ended_at if ended_at is not None else self._writer.now()
         return await self._write_behind(
             session_id,
-            lambda record: turns.turn_ended(record, checked, error, at, other_turns_running=left > 0),
+            lambda record: turn_records.turn_ended(record, checked, error, at, other_turns_running=left > 0),
             "turn_ended",
         )
 
     async def usage(self, session_id: str, input_tokens: int, output_tokens: int) -> SessionRecord | None:
         """Add model usage to an existing session (usage never creates one)."""
         return await self._write_behind(
-            session_id, lambda record: turns.usage_added(record, input_tokens, output_tokens), "usage"
+            session_id, lambda record: turn_records.usage_added(record, input_tokens, output_tokens), "usage"
         )
 
     async def _write_behind(

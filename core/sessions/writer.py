@@ -15,8 +15,8 @@ from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
-from core.sessions.codec import record_to_json
 from core.sessions.ports import EventSink, SessionEventType, SessionRepository, StoreChange
+from core.sessions.record_json import record_to_json
 from core.sessions.records import JsonObject, SessionRecord
 from core.sessions.table import SessionTable
 

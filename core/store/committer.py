@@ -18,7 +18,7 @@ if another connection holds it, that transaction runs in a thread that waits
 (busy timeout) instead. The WAL is checkpointed by a thread in the background
 every ``WAL_CHECKPOINT_EVERY`` transactions, never by a commit. With
 ``synchronous=FULL`` (each commit fsyncs) transactions always run in the thread. Elsewhere
-(PostgreSQL) the transaction runs on the async engine via ``run_sync``.
+(PostgreSQL) the transaction runs on the async database engine via ``run_sync``.
 """
 
 from __future__ import annotations
@@ -60,9 +60,9 @@ class GroupCommitter:
     """One writer per engine; ``run(op)`` returns op's result once its transaction committed."""
 
     def __init__(
-        self, engine: AsyncEngine, max_batch_ops: int = DEFAULT_MAX_BATCH_OPS, *, sqlite_synchronous: str = "NORMAL"
+        self, db_engine: AsyncEngine, max_batch_ops: int = DEFAULT_MAX_BATCH_OPS, *, sqlite_synchronous: str = "NORMAL"
     ) -> None:
-        self._engine = engine
+        self._db_engine = db_engine
         # With synchronous=FULL every commit fsyncs: those run in the thread, never on the loop.
         self._inline = sqlite_synchronous == "NORMAL"
         self._max_batch_ops = max_batch_ops
@@ -71,8 +71,8 @@ class GroupCommitter:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._sync_engine: Engine | None = None
         self._thread: ThreadPoolExecutor | None = None
-        if engine.dialect.name == "sqlite":
-            self._sync_engine = create_sqlite_writer_engine(engine, sqlite_synchronous)
+        if db_engine.dialect.name == "sqlite":
+            self._sync_engine = create_sqlite_writer_engine(db_engine, sqlite_synchronous)
             self._thread = ThreadPoolExecutor(1, thread_name_prefix="sqlite-writer")
         self.transactions = 0
         self.operations = 0
@@ -162,7 +162,7 @@ class GroupCommitter:
             if self.transactions % WAL_CHECKPOINT_EVERY == WAL_CHECKPOINT_EVERY - 1:
                 self._checkpoint_wal(loop)
         else:
-            async with self._engine.begin() as conn:
+            async with self._db_engine.begin() as conn:
                 results = await conn.run_sync(_run_all, ops)
         self.transactions += 1
         self.operations += len(ops)

@@ -44,7 +44,7 @@ def normalise_url(url: str) -> str:
     return url
 
 
-def create_engine(url: str, *, sqlite_synchronous: str = "NORMAL", **kwargs: Any) -> AsyncEngine:
+def create_db_engine(url: str, *, sqlite_synchronous: str = "NORMAL", **kwargs: Any) -> AsyncEngine:
     """Create the async engine; for SQLite set WAL, busy timeout, ``synchronous`` and immediate transactions."""
     url = normalise_url(url)
     if is_sqlite(url):
@@ -53,19 +53,19 @@ def create_engine(url: str, *, sqlite_synchronous: str = "NORMAL", **kwargs: Any
         kwargs.setdefault("pool_size", 4)
         kwargs.setdefault("max_overflow", 0)
         kwargs.setdefault("pool_timeout", 60)
-        engine = create_async_engine(url, **kwargs)
-        _configure_sqlite(engine.sync_engine, sqlite_synchronous)
-        return engine
+        db_engine = create_async_engine(url, **kwargs)
+        _configure_sqlite(db_engine.sync_engine, sqlite_synchronous)
+        return db_engine
     kwargs.setdefault("pool_size", 10)
     kwargs.setdefault("max_overflow", 10)
     return create_async_engine(url, **kwargs)
 
 
-def _configure_sqlite(engine: Engine, synchronous: str) -> None:
+def _configure_sqlite(db_engine: Engine, synchronous: str) -> None:
     if synchronous not in SQLITE_SYNCHRONOUS:
         raise ValueError(f"SQLite synchronous must be one of {', '.join(SQLITE_SYNCHRONOUS)}, not {synchronous!r}")
 
-    @event.listens_for(engine, "connect")
+    @event.listens_for(db_engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         # Let SQLAlchemy, not pysqlite, emit BEGIN so we can make it IMMEDIATE.
         dbapi_conn.isolation_level = None
@@ -76,13 +76,13 @@ def _configure_sqlite(engine: Engine, synchronous: str) -> None:
         cur.execute("PRAGMA foreign_keys=ON")
         cur.close()
 
-    @event.listens_for(engine, "begin")
+    @event.listens_for(db_engine, "begin")
     def _on_begin(conn: Any) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def create_sqlite_writer_engine(async_engine: AsyncEngine, synchronous: str = "NORMAL") -> Engine:
-    """A synchronous engine with one connection on the same SQLite file: the group committer's.
+    """A synchronous database engine with one connection on the same SQLite file: the group committer's.
 
     Its connection does not wait for the write lock (``busy_timeout=0``: the committer runs
     a transaction on the event loop only when the lock is free, else in a thread that may
@@ -92,14 +92,14 @@ def create_sqlite_writer_engine(async_engine: AsyncEngine, synchronous: str = "N
     url = async_engine.url.set(drivername="sqlite")
     # Used from the loop's thread and (when it must wait for the lock) the committer's thread,
     # one transaction at a time: the committer serialises them.
-    engine = create_sync_engine_(url, pool_size=1, max_overflow=0, connect_args={"check_same_thread": False})
-    _configure_sqlite(engine, synchronous)
+    db_engine = create_sync_engine_(url, pool_size=1, max_overflow=0, connect_args={"check_same_thread": False})
+    _configure_sqlite(db_engine, synchronous)
 
-    @event.listens_for(engine, "connect")
+    @event.listens_for(db_engine, "connect")
     def _writer_pragmas(dbapi_conn: Any, _record: Any) -> None:
         cur = dbapi_conn.cursor()
         cur.execute("PRAGMA busy_timeout=0")
         cur.execute("PRAGMA wal_autocheckpoint=0")
         cur.close()
 
-    return engine
+    return db_engine

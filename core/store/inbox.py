@@ -81,8 +81,8 @@ class StagedMessage:
 class SqlInbox:
     """The inbox table with group-committed staging and batched status marks."""
 
-    def __init__(self, engine: AsyncEngine, committer: GroupCommitter | None = None) -> None:
-        self._engine = engine
+    def __init__(self, db_engine: AsyncEngine, committer: GroupCommitter | None = None) -> None:
+        self._db_engine = db_engine
         self._committer = committer
         self._marks: dict[tuple[str, str], str] = {}
         self._wake = asyncio.Event()
@@ -146,12 +146,12 @@ class SqlInbox:
         if self._committer is not None:
             await self._committer.run(op)
             return
-        async with self._engine.begin() as conn:
+        async with self._db_engine.begin() as conn:
             await conn.run_sync(op)
 
     async def pending(self) -> list[StagedMessage]:
         """Every staged, unfinished message in staging order."""
-        async with self._engine.connect() as conn:
+        async with self._db_engine.connect() as conn:
             rows = await conn.execute(
                 select(
                     inbox.c.platform, inbox.c.message_id, inbox.c.session_id, inbox.c.generation, inbox.c.payload
@@ -163,7 +163,7 @@ class SqlInbox:
 
     async def status_of(self, platform: str, message_id: str) -> str | None:
         await self.flush()
-        async with self._engine.connect() as conn:
+        async with self._db_engine.connect() as conn:
             row = (
                 await conn.execute(
                     select(inbox.c.status).where(
@@ -175,7 +175,7 @@ class SqlInbox:
 
     async def count(self, session_id: str | None = None) -> int:
         await self.flush()
-        async with self._engine.connect() as conn:
+        async with self._db_engine.connect() as conn:
             q = select(inbox.c.id)
             if session_id is not None:
                 q = q.where(inbox.c.session_id == session_id)

@@ -32,10 +32,10 @@ from core.store.session_tables import generations_table, sessions_table
 class SqlHistoryJournal:
     """``HistoryJournal`` on SQLAlchemy async (SQLite or PostgreSQL). Call ``aclose`` at shutdown."""
 
-    def __init__(self, engine: AsyncEngine, *, committer: GroupCommitter | None = None) -> None:
-        self._engine = engine
+    def __init__(self, db_engine: AsyncEngine, *, committer: GroupCommitter | None = None) -> None:
+        self._db_engine = db_engine
         self._own_committer = committer is None
-        self._committer = committer if committer is not None else GroupCommitter(engine)
+        self._committer = committer if committer is not None else GroupCommitter(db_engine)
         self.appends = 0
 
     @property
@@ -91,7 +91,7 @@ class SqlHistoryJournal:
     async def _entries(self, query: Select[Any]) -> list[JournalEntry]:
         """Run a query over journal rows and read them back as entries; Unavailable when the read fails."""
         try:
-            async with self._engine.connect() as conn:
+            async with self._db_engine.connect() as conn:
                 rows = (await conn.execute(query)).all()
         except DBAPIError as exc:
             raise Unavailable(f"journal read failed: {exc.orig!r}") from exc
@@ -116,7 +116,7 @@ class SqlHistoryJournal:
             .distinct()
         )
         try:
-            async with self._engine.connect() as conn:
+            async with self._db_engine.connect() as conn:
                 rows = (await conn.execute(query)).all()
         except DBAPIError as exc:
             raise Unavailable(f"journal read failed: {exc.orig!r}") from exc

@@ -25,25 +25,25 @@ def _like_pattern(query: str) -> str:
 class SqlKnowledgeStore:
     """``KnowledgeStore`` on SQLAlchemy async; ``commit`` is one transaction, all or nothing."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
-        self._engine = engine
+    def __init__(self, db_engine: AsyncEngine) -> None:
+        self._db_engine = db_engine
 
     async def get_node(self, node_id: str) -> KnowledgeNode | None:
         """The committed node, or None."""
-        async with self._engine.connect() as conn:
+        async with self._db_engine.connect() as conn:
             row = (await conn.execute(select(knowledge_nodes).where(knowledge_nodes.c.id == node_id))).first()
         return KnowledgeNode(id=row.id, parent_id=row.parent_id, content=row.content, version=row.version) if row else None
 
     async def children(self, parent_id: str) -> list[KnowledgeNode]:
         """Children ordered by id."""
         query = select(knowledge_nodes).where(knowledge_nodes.c.parent_id == parent_id).order_by(knowledge_nodes.c.id)
-        async with self._engine.connect() as conn:
+        async with self._db_engine.connect() as conn:
             rows = (await conn.execute(query)).all()
         return [KnowledgeNode(id=r.id, parent_id=r.parent_id, content=r.content, version=r.version) for r in rows]
 
     async def ancestors(self, node_id: str) -> list[str]:
         """Parent chain (cycle- and depth-safe)."""
-        async with self._engine.connect() as conn:
+        async with self._db_engine.connect() as conn:
             return await _ancestors(conn, node_id)
 
     async def search(self, query: str, roots: list[str], limit: int) -> list[KnowledgeNode]:
@@ -56,7 +56,7 @@ class SqlKnowledgeStore:
             .order_by(knowledge_nodes.c.id)
         )
         hits: list[KnowledgeNode] = []
-        async with self._engine.connect() as conn:
+        async with self._db_engine.connect() as conn:
             for row in (await conn.execute(stmt)).all():
                 chain = [row.id, *await _ancestors(conn, row.id)]
                 if any(r in chain for r in roots):
@@ -67,7 +67,7 @@ class SqlKnowledgeStore:
 
     async def get_object(self, object_id: str) -> KnowledgeObject | None:
         """The committed object, or None."""
-        async with self._engine.connect() as conn:
+        async with self._db_engine.connect() as conn:
             row = (await conn.execute(select(knowledge_objects).where(knowledge_objects.c.object_id == object_id))).first()
         if row is None:
             return None
@@ -83,7 +83,7 @@ class SqlKnowledgeStore:
         session committed before is a no-op (a resumed session may repeat it).
         """
         try:
-            async with self._engine.begin() as conn:
+            async with self._db_engine.begin() as conn:
                 done = await conn.execute(
                     select(knowledge_commits.c.write_session_id).where(knowledge_commits.c.write_session_id == write_session_id)
                 )

@@ -28,12 +28,12 @@ file_leases = Table(
 class SqlFileLeases:
     """``FileLeases`` on SQLAlchemy async (SQLite or PostgreSQL)."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
-        self._engine = engine
+    def __init__(self, db_engine: AsyncEngine) -> None:
+        self._db_engine = db_engine
 
     async def acquire(self, holder: str, path: str) -> None:
         """Lease ``path`` for ``holder`` (again is fine); Conflict when another holder has it."""
-        async with self._engine.begin() as conn:
+        async with self._db_engine.begin() as conn:
             insert = (postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert)(file_leases)
             await conn.execute(
                 insert.values(path=path, holder=holder, acquired_at=time.time()).on_conflict_do_nothing()
@@ -45,11 +45,11 @@ class SqlFileLeases:
     async def held_by(self, holder: str) -> list[str]:
         """Paths ``holder`` leases, sorted."""
         query = select(file_leases.c.path).where(file_leases.c.holder == holder).order_by(file_leases.c.path)
-        async with self._engine.connect() as conn:
+        async with self._db_engine.connect() as conn:
             return [str(p) for p in (await conn.execute(query)).scalars()]
 
     async def release_all(self, holder: str) -> int:
         """Release every lease of ``holder``; the number released."""
-        async with self._engine.begin() as conn:
+        async with self._db_engine.begin() as conn:
             result = await conn.execute(delete(file_leases).where(file_leases.c.holder == holder))
         return int(result.rowcount or 0)

@@ -75,19 +75,19 @@ def current_revision(connection: Connection) -> str | None:
     return MigrationContext.configure(connection).get_current_revision()
 
 
-async def migrate(engine: AsyncEngine, *, allow_foreign_tables: bool = False) -> str | None:
+async def migrate(db_engine: AsyncEngine, *, allow_foreign_tables: bool = False) -> str | None:
     """Bring the database schema to the newest revision; returns that revision."""
-    async with engine.begin() as conn:
+    async with db_engine.begin() as conn:
         await conn.run_sync(_upgrade, allow_foreign_tables)
         return await conn.run_sync(current_revision)
 
 
 async def migrate_database(url: str, *, allow_foreign_tables: bool = False) -> str | None:
     """``turnstile migrate``: connect to ``url``, migrate it to the newest revision, disconnect."""
-    from core.store.db import create_engine
+    from core.store.db import create_db_engine
 
-    engine = create_engine(url)
+    db_engine = create_db_engine(url)
     try:
-        return await migrate(engine, allow_foreign_tables=allow_foreign_tables)
+        return await migrate(db_engine, allow_foreign_tables=allow_foreign_tables)
     finally:
-        await engine.dispose()
+        await db_engine.dispose()

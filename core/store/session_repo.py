@@ -14,8 +14,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core.errors import Unavailable
-from core.sessions.codec import record_from_json, record_to_json
 from core.sessions.ports import StoreChange, StoredState
+from core.sessions.record_json import record_from_json, record_to_json
 from core.sessions.records import JsonObject, JsonValue, PlaceKind, PlaceRecord, SessionRecord, WorkspaceRecord
 from core.store.committer import GroupCommitter
 from core.store.session_tables import generations_table, places_table, sessions_table, workspaces_table
@@ -98,14 +98,14 @@ def workspace_from_row(row: RowMapping) -> WorkspaceRecord:
 class SqlSessionRepository:
     """The ``SessionRepository`` port over an async SQLAlchemy engine (SQLite or PostgreSQL).
 
-    The engine is the caller's: this class neither creates the schema (use
-    ``metadata.create_all`` or the Alembic migrations) nor disposes the engine.
+    The database engine is the caller's: this class neither creates the schema (use
+    ``metadata.create_all`` or the Alembic migrations) nor disposes it.
     """
 
-    def __init__(self, engine: AsyncEngine, committer: GroupCommitter | None = None) -> None:
-        self._engine = engine
+    def __init__(self, db_engine: AsyncEngine, committer: GroupCommitter | None = None) -> None:
+        self._db_engine = db_engine
         self._committer = committer
-        dialect = engine.dialect.name
+        dialect = db_engine.dialect.name
         if dialect not in ("sqlite", "postgresql"):
             raise Unavailable(f"unsupported database dialect {dialect!r}: use SQLite or PostgreSQL")
         self._dialect = dialect
@@ -113,7 +113,7 @@ class SqlSessionRepository:
 
     async def load(self) -> StoredState:
         """Read every session, place, workspace and generation."""
-        async with self._engine.connect() as conn:
+        async with self._db_engine.connect() as conn:
             sessions = (await conn.execute(select(sessions_table))).mappings().all()
             places = (await conn.execute(select(places_table))).mappings().all()
             workspaces = (await conn.execute(select(workspaces_table))).mappings().all()
@@ -132,7 +132,7 @@ class SqlSessionRepository:
         if self._committer is not None:
             await self._committer.run(lambda conn: self._apply(conn, change))
             return
-        async with self._engine.begin() as conn:
+        async with self._db_engine.begin() as conn:
             await conn.run_sync(self._apply, change)
 
     def _apply(self, conn: Connection, change: StoreChange) -> None:

@@ -8,12 +8,12 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 import core.store.journal_tables  # noqa: F401 - registers the tables on metadata
-from core.store.db import create_engine, metadata
+from core.store.db import create_db_engine, metadata
 
 
 @pytest.fixture
 async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
-    eng = create_engine(db_url)
+    eng = create_db_engine(db_url)
     async with eng.begin() as conn:
         await conn.run_sync(metadata.create_all)
     yield eng

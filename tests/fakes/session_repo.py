@@ -1,4 +1,4 @@
-"""In-memory twins of the manager's ports, for tests and the no-database mode."""
+"""In-memory twins of the session manager's ports (repository, event sink), for tests."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import asyncio
 from dataclasses import dataclass
 
 from core.errors import Unavailable
-from core.sessions.codec import without_derived
 from core.sessions.ports import StoreChange, StoredState
+from core.sessions.record_json import without_derived
 from core.sessions.records import JsonObject, PlaceRecord, SessionRecord, WorkspaceRecord
 
 

@@ -14,7 +14,7 @@ from nats.js.errors import NotFoundError
 from consumers.service import TurnstileService
 from consumers.settings import Settings
 from core.engine import EntryKind, JournalEntry
-from core.store.db import create_engine
+from core.store.db import create_db_engine
 from core.store.journal_repo import SqlHistoryJournal
 from core.store.migrate import migrate
 from schemas.subjects import Subjects
@@ -153,7 +153,7 @@ async def test_start_up_removes_an_orphaned_journal(
 
     # A crash between the record removal and the clear: rows of a session without a record,
     # and rows of a generation older than the session's.
-    db = create_engine(db_url)
+    db = create_db_engine(db_url)
     try:
         await migrate(db)
         journal = SqlHistoryJournal(db)

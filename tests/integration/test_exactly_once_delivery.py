@@ -22,7 +22,7 @@ from sqlalchemy import select
 from consumers import finisher
 from consumers.service import TurnstileService
 from consumers.settings import Settings
-from core.store.db import create_engine
+from core.store.db import create_db_engine
 from core.store.inbox import STAGED, inbox
 from schemas.subjects import Subjects
 from tests.integration.harness import Collector, inbound, publish_inbound, wait_for
@@ -48,7 +48,7 @@ async def stored_replies(nc: Client, subjects: Subjects, sid: str) -> list[dict[
 
 
 async def inbox_status(settings: Settings, message_id: str) -> str | None:
-    engine = create_engine(settings.database_url)
+    engine = create_db_engine(settings.database_url)
     try:
         async with engine.connect() as conn:
             row = (await conn.execute(select(inbox.c.status).where(inbox.c.message_id == message_id))).first()

@@ -14,7 +14,7 @@ from nats.aio.msg import Msg
 
 from consumers.service import TurnstileService
 from consumers.settings import Settings
-from core.sessions.inbound import IncomingMessage
+from core.sessions.incoming_message import IncomingMessage
 from schemas.subjects import Subjects
 from tests.integration.db_outage import refuse_writes
 from tests.integration.harness import Collector, api, inbound, publish_inbound, wait_for

@@ -11,7 +11,7 @@ from nats.aio.client import Client
 from nats.js.errors import NotFoundError
 
 from consumers.service import TurnstileService
-from core.sessions.inbound import IncomingMessage
+from core.sessions.incoming_message import IncomingMessage
 from schemas.subjects import Subjects
 from tests.integration.harness import Collector, api, inbound, publish_inbound, wait_for
 

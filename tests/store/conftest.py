@@ -8,12 +8,12 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 import core.store.session_tables  # noqa: F401 - registers the session tables on the metadata
-from core.store.db import create_engine, metadata
+from core.store.db import create_db_engine, metadata
 
 
 @pytest.fixture
 async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
-    engine = create_engine(db_url)
+    engine = create_db_engine(db_url)
     async with engine.begin() as conn:
         await conn.run_sync(metadata.create_all)
     try:

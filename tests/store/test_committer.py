@@ -125,9 +125,9 @@ async def test_sqlite_wal_is_checkpointed_in_the_background_and_stays_small(
 async def test_sqlite_synchronous_full_is_applied_to_every_connection_and_commits_in_the_thread(tmp_path) -> None:  # type: ignore[no-untyped-def]
     # MQ-8: TURNSTILE_SQLITE_SYNCHRONOUS=FULL makes every SQLite commit survive an OS crash;
     # those fsyncing commits run in the committer's thread, never on the event loop.
-    from core.store.db import create_engine
+    from core.store.db import create_db_engine
 
-    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path}/full.db", sqlite_synchronous="FULL")
+    engine = create_db_engine(f"sqlite+aiosqlite:///{tmp_path}/full.db", sqlite_synchronous="FULL")
     committer = GroupCommitter(engine, sqlite_synchronous="FULL")
     threads: list[str] = []
 
@@ -146,4 +146,4 @@ async def test_sqlite_synchronous_full_is_applied_to_every_connection_and_commit
         await committer.aclose()
         await engine.dispose()
     with pytest.raises(ValueError):
-        create_engine(f"sqlite+aiosqlite:///{tmp_path}/bad.db", sqlite_synchronous="OFF")
+        create_db_engine(f"sqlite+aiosqlite:///{tmp_path}/bad.db", sqlite_synchronous="OFF")

@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 from sqlalchemy import inspect, text
 
-from core.store.db import create_engine
+from core.store.db import create_db_engine
 from core.store.migrate import ForeignDatabase, migrate, migrate_database
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 async def _tables(url: str) -> set[str]:
-    engine = create_engine(url)
+    engine = create_db_engine(url)
     try:
         async with engine.connect() as conn:
             return set(await conn.run_sync(lambda c: inspect(c).get_table_names()))
@@ -26,7 +26,7 @@ async def _tables(url: str) -> set[str]:
 
 
 async def _create_foreign_table(url: str) -> None:
-    engine = create_engine(url)
+    engine = create_db_engine(url)
     try:
         async with engine.begin() as conn:
             await conn.execute(text("CREATE TABLE invoices (id INTEGER PRIMARY KEY)"))
@@ -46,7 +46,7 @@ async def test_a_database_with_other_tables_is_refused_unless_allowed(db_url: st
 
 
 async def test_an_empty_database_is_migrated_and_reports_its_revision(db_url: str) -> None:
-    engine = create_engine(db_url)
+    engine = create_db_engine(db_url)
     try:
         revision = await migrate(engine)
         assert revision and revision == await migrate(engine)

@@ -7,7 +7,7 @@ from sqlalchemy import inspect, text
 from sqlalchemy.engine import Connection
 
 from core.engine import EntryKind, JournalEntry
-from core.store.db import create_engine
+from core.store.db import create_db_engine
 from core.store.journal_repo import SqlHistoryJournal
 from core.store.migrate import alembic_config
 
@@ -19,7 +19,7 @@ def _upgrade(conn: Connection, revision: str) -> None:
 
 
 async def test_existing_rows_become_generation_zero_and_generations_have_their_own_seqs(db_url: str) -> None:
-    engine = create_engine(db_url)
+    engine = create_db_engine(db_url)
     try:
         async with engine.begin() as conn:
             await conn.run_sync(_upgrade, BEFORE)

@@ -7,12 +7,12 @@ from alembic.migration import MigrationContext
 from sqlalchemy import inspect
 
 import core.store.tables  # noqa: F401
-from core.store.db import create_engine, metadata
+from core.store.db import create_db_engine, metadata
 from core.store.migrate import migrate
 
 
 async def test_upgrade_head_matches_the_declared_tables(db_url: str) -> None:
-    engine = create_engine(db_url)
+    engine = create_db_engine(db_url)
     try:
         await migrate(engine)
         await migrate(engine)  # idempotent: a second start changes nothing

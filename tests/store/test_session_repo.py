@@ -11,9 +11,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core.sessions.fields import SessionCreation
-from core.sessions.inbound import ChatScope, IncomingMessage
+from core.sessions.incoming_message import ChatScope, IncomingMessage
 from core.sessions.manager import SessionManager
-from tests.fakes.session_repo import RecordingEventSink
 from core.sessions.ports import StoreChange
 from core.sessions.records import (
     LastTurn,
@@ -25,9 +24,10 @@ from core.sessions.records import (
     WorkBinding,
     WorkspaceRecord,
 )
-from core.store.db import create_engine
+from core.store.db import create_db_engine
 from core.store.session_repo import SqlSessionRepository
 from core.store.session_tables import sessions_table
+from tests.fakes.session_repo import RecordingEventSink
 
 
 def uid(prefix: str) -> str:
@@ -134,7 +134,7 @@ async def test_a_restarted_service_keeps_generations_places_and_bindings(db_url:
     await first.delete_session(room)
     await first.record_inbound(IncomingMessage(id=uid("m"), session_id=room, platform="telegram", chat=chat))
 
-    restart_engine = create_engine(db_url)
+    restart_engine = create_db_engine(db_url)
     try:
         second = SessionManager(SqlSessionRepository(restart_engine), RecordingEventSink())
         await second.start()

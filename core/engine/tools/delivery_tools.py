@@ -6,7 +6,7 @@ import base64
 import binascii
 from typing import Any
 
-from core.engine.delivery import validate_delivery_file_name
+from core.engine.file_names import validate_delivery_file_name
 from core.engine.objects import transport_kind_for
 from core.engine.tools.context import ToolContext
 from core.engine.tools.registry import StagedEntry, ToolDefinition, ToolOutcome, obj

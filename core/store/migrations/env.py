@@ -9,7 +9,7 @@ from core.store.db import metadata
 
 connection = context.config.attributes.get("connection")
 if connection is None:
-    raise RuntimeError("run migrations through core.store.migrate.migrate(engine)")
+    raise RuntimeError("run migrations through core.store.migrate.migrate(db_engine)")
 context.configure(connection=connection, target_metadata=metadata, render_as_batch=True)
 with context.begin_transaction():
     context.run_migrations()

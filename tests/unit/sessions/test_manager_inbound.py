@@ -7,14 +7,14 @@ import logging
 
 import pytest
 
-from core.sessions.inbound import ChatScope, IncomingMessage, Sender
+from core.sessions.incoming_message import ChatScope, IncomingMessage, Sender
 from core.sessions.manager import SessionManager
-from tests.fakes.session_repo import InMemorySessionRepository, RecordingEventSink
 from core.sessions.platforms import AdapterInstance
 from core.sessions.records import OriginChat
+from tests.fakes.session_repo import InMemorySessionRepository, RecordingEventSink
+from tests.waiting import wait_for
 
 from .conftest import ManagerFactory, new_id
-from tests.waiting import wait_for
 
 TG = AdapterInstance("tg-main", "telegram", "telegram-bot", claims=("tg:*",), chat_scopes={"group": True, "private": False})
 TG_SECOND = AdapterInstance("tg-second", "telegram", "telegram-bot", claims=("tg:*",))

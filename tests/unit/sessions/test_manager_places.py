@@ -7,8 +7,8 @@ import pytest
 from core.errors import InvalidInput, NotFound
 from core.sessions.fields import SessionCreation
 from core.sessions.manager import SessionManager
-from tests.fakes.session_repo import InMemorySessionRepository, RecordingEventSink
 from core.sessions.records import WorkBinding
+from tests.fakes.session_repo import InMemorySessionRepository, RecordingEventSink
 
 from .conftest import FakeClock, ManagerFactory, new_id
 
@@ -45,7 +45,7 @@ async def test_update_place_merges_metadata_and_unknown_keys_are_refused(
 @pytest.mark.rule("SM-28")
 async def test_deleting_a_session_keeps_its_window(manager: SessionManager) -> None:
     # SM-28
-    from core.sessions.inbound import ChatScope, IncomingMessage
+    from core.sessions.incoming_message import ChatScope, IncomingMessage
 
     sid = new_id("tg")
     chat = ChatScope("group", "g-keep", True, name="Keep")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from core.errors import InvalidInput
-from core.sessions.inbound import ChatScope
+from core.sessions.incoming_message import ChatScope
 from core.sessions.platforms import AdapterInstance, OwnerIdentities, PlatformRegistry
 
 TG = AdapterInstance("tg-1", "telegram", "bot", claims=("tg:*", "exact-id"), chat_scopes={"private": False})

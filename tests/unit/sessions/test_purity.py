@@ -23,8 +23,8 @@ SESSION_RULES = [
     "core.sessions.take",
     "core.sessions.text",
     "core.sessions.records",
-    "core.sessions.turns",
-    "core.sessions.inbound",
+    "core.sessions.turn_records",
+    "core.sessions.incoming_message",
     "core.sessions.manager",
 ]
 ENGINE = [f"core.engine.{m.name}" for m in pkgutil.iter_modules(core.engine.__path__)] + [

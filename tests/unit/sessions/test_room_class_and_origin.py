@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.sessions.inbound import IncomingMessage
+from core.sessions.incoming_message import IncomingMessage
 from core.sessions.records import OriginChat, SessionRecord
 from core.sessions.rules import from_elsewhere, origin_chat_of, room_class
 
