@@ -1,4 +1,4 @@
-"""The durable inbox: inbound messages staged before they are acknowledged (MQ-8).
+"""The durable inbox adapter (``core.inbox.Inbox``): inbound messages staged before they are acknowledged (MQ-8).
 
 A fetched batch is staged in one transaction (group commit) and only then
 acked. Staging is idempotent on (platform, message id), so a redelivered or
@@ -16,7 +16,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from sqlalchemy import (
     BigInteger,
@@ -37,14 +36,18 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
 
+from core.inbox import DONE, DROPPED, STAGED, StagedMessage
 from core.store.committer import GroupCommitter
 from core.store.db import metadata
 
 log = logging.getLogger(__name__)
 
-STAGED, DONE, DROPPED = "staged", "done", "dropped"
 PRUNE_EVERY_S = 3600.0
+# A failed write of status marks is retried after 0.5 s, 1 s, 2 s ... at most MARKS_RETRY_MAX_S apart.
+MARKS_RETRY_BASE_S = 0.5
+MARKS_RETRY_MAX_S = 5.0
 
 inbox = Table(
     "inbox",
@@ -63,23 +66,8 @@ inbox = Table(
 )
 
 
-@dataclass(frozen=True)
-class StagedMessage:
-    """One inbound message as staged: raw validated payload plus the generation it belongs to."""
-
-    platform: str
-    message_id: str
-    session_id: str | None
-    generation: int
-    payload: bytes
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return (self.platform, self.message_id)
-
-
 class SqlInbox:
-    """The inbox table with group-committed staging and batched status marks."""
+    """The ``Inbox`` port over the inbox table: group-committed staging and batched status marks."""
 
     def __init__(self, db_engine: AsyncEngine, committer: GroupCommitter | None = None) -> None:
         self._db_engine = db_engine
@@ -162,6 +150,7 @@ class SqlInbox:
             return [StagedMessage(r[0], r[1], r[2], int(r[3]), bytes(r[4])) for r in rows]
 
     async def status_of(self, platform: str, message_id: str) -> str | None:
+        """``staged``, ``done``, ``dropped``, or None for a message the inbox does not hold."""
         await self.flush()
         async with self._db_engine.connect() as conn:
             row = (
@@ -172,14 +161,6 @@ class SqlInbox:
                 )
             ).first()
             return None if row is None else str(row[0])
-
-    async def count(self, session_id: str | None = None) -> int:
-        await self.flush()
-        async with self._db_engine.connect() as conn:
-            q = select(inbox.c.id)
-            if session_id is not None:
-                q = q.where(inbox.c.session_id == session_id)
-            return len((await conn.execute(q)).all())
 
     def mark(self, message: StagedMessage, status: str) -> None:
         """Record that a message finished (``done``) or was dropped; written in the next batch."""
@@ -237,14 +218,18 @@ class SqlInbox:
         while not self._closing:
             await self._wake.wait()
             self._wake.clear()
-            try:
-                await self.flush()
-            except Exception:
-                log.exception("writing inbox marks failed; retrying")
-                await asyncio.sleep(0.5)
-                self._wake.set()
+            # A failed flush put its marks back: retry with backoff until the database answers.
+            async for attempt in AsyncRetrying(
+                wait=wait_exponential(multiplier=MARKS_RETRY_BASE_S, min=MARKS_RETRY_BASE_S, max=MARKS_RETRY_MAX_S),
+                retry=retry_if_exception_type(Exception),
+                before_sleep=_log_flush_failure,
+                reraise=True,
+            ):
+                with attempt:
+                    await self.flush()
 
     async def close(self) -> None:
+        """Stop the background work and write what is queued."""
         self._closing = True
         self._wake.set()
         if self._pruner is not None:
@@ -257,3 +242,11 @@ class SqlInbox:
                 await self._flusher
             self._flusher = None
         await self.flush()
+
+
+def _log_flush_failure(state: RetryCallState) -> None:
+    exc = state.outcome.exception() if state.outcome is not None else None
+    log.error("writing inbox marks failed (attempt %d); retrying: %r", state.attempt_number, exc)
+
+
+__all__ = ["DONE", "DROPPED", "STAGED", "SqlInbox", "StagedMessage", "inbox"]

@@ -15,6 +15,7 @@ from consumers.nats_server import NatsServer
 from consumers.service import TurnstileService
 from consumers.settings import Settings
 from schemas.subjects import Subjects
+from tests.inbox_rows import inbox_row_count
 from tests.integration.harness import Collector, api, inbound, publish_inbound, wait_for
 
 MAX_ATTACHMENT_BYTES = 1000
@@ -85,4 +86,4 @@ async def test_bad_attachments_are_dead_lettered_before_any_session_is_filed(
         assert (await api(nc, subjects, "session", "get", {"session_id": sid}))["error"]["code"] == "not_found"
     assert not [e for e in events.json() if e["session_id"] in sids]
     assert service.inbox is not None
-    assert [await service.inbox.count(sid) for sid in sids] == [0] * len(sids)
+    assert [await inbox_row_count(service.db, sid) for sid in sids] == [0] * len(sids)

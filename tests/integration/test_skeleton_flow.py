@@ -12,6 +12,7 @@ from nats.aio.client import Client
 from consumers.service import TurnstileService
 from consumers.settings import Settings
 from schemas.subjects import Subjects
+from tests.inbox_rows import inbox_row_count
 from tests.integration.harness import Collector, api, inbound, publish_inbound, wait_for
 
 
@@ -89,7 +90,7 @@ async def test_duplicates_and_replays_are_staged_once_and_answered_once(
     assert service.inbox is not None and service.actors is not None
     await service.actors.join(timeout_s=10)
     assert [r["text"] for r in replies.json()] == ["echo: once", "echo: after"]
-    assert await service.inbox.count(sid) == 2
+    assert await inbox_row_count(service.db, sid) == 2
 
 
 @pytest.mark.rule("MQ-9")

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from core.inbox import Inbox
 from core.store.committer import GroupCommitter
 from core.store.db import metadata
 from core.store.inbox import DONE, DROPPED, STAGED, SqlInbox, StagedMessage
+from tests.inbox_rows import inbox_row_count, inbox_status_in_table
+from tests.waiting import wait_for
 
 
 @pytest.fixture
@@ -50,3 +54,34 @@ async def test_finished_rows_are_pruned_and_staged_rows_stay(inbox: SqlInbox) ->
     assert await inbox.forget_finished(older_than_s=0) == 1
     assert await inbox.status_of("cli", "done") is None
     assert await inbox.status_of("cli", "waiting") == STAGED
+
+
+async def test_the_background_writer_retries_marks_whose_write_failed(
+    inbox: SqlInbox, engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A lost mark is only looked at again, but a database hiccup must not lose it for good.
+    await inbox.stage([message("flaky")])
+    write = inbox._write
+    failures = {"left": 2}
+
+    async def failing_then_working(op: Any) -> None:
+        if failures["left"]:
+            failures["left"] -= 1
+            raise OSError("database went away")
+        await write(op)
+
+    monkeypatch.setattr(inbox, "_write", failing_then_working)
+    inbox.mark(message("flaky"), DONE)
+
+    async def written_done() -> bool:
+        return await inbox_status_in_table(engine, "cli", "flaky") == DONE
+
+    await wait_for(written_done, what="the retried mark")
+    assert failures["left"] == 0
+
+
+async def test_the_sql_inbox_is_an_inbox_and_its_rows_can_be_counted(inbox: SqlInbox, engine: AsyncEngine) -> None:
+    port: Inbox = inbox  # checked by mypy: the adapter satisfies the port
+    await port.stage([message("one", "counted"), message("two", "counted"), message("three", "other")])
+    assert await inbox_row_count(engine, "counted") == 2
+    assert await inbox_row_count(engine) >= 3
