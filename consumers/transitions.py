@@ -8,16 +8,15 @@ significance; docs/protocol.md ("Checkpoint transitions") lists them.
 
 from __future__ import annotations
 
-from typing import Any
-
 from core.engine.snapshot import EncodedSnapshot
+from core.engine.state import EventRecord, TranscriptItem
 
 # Event types that name their own step, most significant first.
 _EVENT_STEPS = ("interrupted", "committed", "finalized", "turn_ended", "rounds_exhausted", "rounds_reset",
                 "source_terminated")
 
 
-def new_entries(snapshot: EncodedSnapshot, since_version: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def new_entries(snapshot: EncodedSnapshot, since_version: int) -> tuple[list[TranscriptItem], list[EventRecord]]:
     """Transcript items and events of ``snapshot`` with a journal seq >= ``since_version``
     (from the entries it carries as new: the snapshot itself is not parsed)."""
     return (

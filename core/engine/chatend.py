@@ -14,6 +14,8 @@ from typing import Any
 
 import orjson
 
+from core.engine.state import TranscriptItem
+
 ENGINE_NAME = "turnstile"
 MEMO_TRANSCRIPTS = 1024  # transcripts whose projection is kept (the active sessions); LRU beyond
 
@@ -36,15 +38,15 @@ class TranscriptMemo:
 
     __slots__ = ("blocks", "item_json", "items", "messages", "messages_json", "source")
 
-    def __init__(self, source: list[dict[str, Any]]) -> None:
+    def __init__(self, source: list[TranscriptItem]) -> None:
         self.source = source
-        self.items: list[dict[str, Any]] = []
+        self.items: list[TranscriptItem] = []
         self.messages: list[list[dict[str, Any]]] = []
         self.blocks: list[list[str]] = []
         self.item_json: list[bytes] = []  # orjson of each item
         self.messages_json: list[bytes] = []  # its projected messages, comma-joined (b"" for none)
 
-    def sync(self, transcript: list[dict[str, Any]]) -> None:
+    def sync(self, transcript: list[TranscriptItem]) -> None:
         # Transcript items are never edited in place, so item identity marks the reusable prefix.
         items = self.items
         limit = min(len(items), len(transcript))
@@ -64,7 +66,7 @@ class TranscriptMemo:
 _memos: OrderedDict[int, TranscriptMemo] = OrderedDict()
 
 
-def memo_for(transcript: list[dict[str, Any]]) -> TranscriptMemo:
+def memo_for(transcript: list[TranscriptItem]) -> TranscriptMemo:
     key = id(transcript)
     memo = _memos.get(key)
     if memo is None or memo.source is not transcript:
@@ -77,7 +79,7 @@ def memo_for(transcript: list[dict[str, Any]]) -> TranscriptMemo:
     return memo
 
 
-def project_messages(transcript: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def project_messages(transcript: list[TranscriptItem]) -> list[dict[str, Any]]:
     """The structured projection: chat messages for every model-visible transcript item.
 
     Each message is a fresh dict (callers may change it); the per-item work is memoised,
@@ -87,7 +89,7 @@ def project_messages(transcript: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [dict(m) for group in memo.messages for m in group]
 
 
-def transcript_chatend_text(system_prompt: str, transcript: list[dict[str, Any]]) -> str:
+def transcript_chatend_text(system_prompt: str, transcript: list[TranscriptItem]) -> str:
     """``chatend_text(system_prompt, project_messages(transcript))``, from memoised blocks."""
     return memo_chatend_text(system_prompt, memo_for(transcript))
 
@@ -98,7 +100,7 @@ def memo_chatend_text(system_prompt: str, memo: TranscriptMemo) -> str:
     return f"[system]\n{system_prompt}\n\n" + ("\n\n".join(blocks) + "\n" if blocks else "")
 
 
-def _project_item(item: dict[str, Any]) -> list[dict[str, Any]]:
+def _project_item(item: TranscriptItem) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = []
     kind = item["kind"]
     payload = item["payload"]

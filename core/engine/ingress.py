@@ -8,12 +8,12 @@ from core.engine.chatend import project_messages, render_messages
 from core.engine.journal import EntryKind, HistoryJournal, JournalEntry
 from core.engine.options import AgentMode, SessionOptions
 from core.engine.reducer import transcript_item
-from core.engine.state import SessionState
+from core.engine.state import SessionState, TranscriptItem
 
 
-def transcript_from_entries(entries: list[JournalEntry]) -> list[dict[str, Any]]:
+def transcript_from_entries(entries: list[JournalEntry]) -> list[TranscriptItem]:
     """The (compacted) transcript items of a journal, without the rest of the state."""
-    items: list[dict[str, Any]] = []
+    items: list[TranscriptItem] = []
     for entry in entries:
         if entry.kind == EntryKind.EVENT:
             continue

@@ -11,23 +11,22 @@ from its result. The newest items kept aim at half the window.
 
 from __future__ import annotations
 
-from typing import Any
-
 from core.engine.chatend import project_messages, render_messages, transcript_chatend_text
 from core.engine.drafts import Checkpoint
 from core.engine.journal import EntryKind
 from core.engine.session_port import SessionPort
+from core.engine.state import TranscriptItem
 from core.providers.base import ModelRequest, estimate_tokens
 
 KEEP_FRACTION = 0.5
 
 
-def projected_tokens(system_prompt: str, transcript: list[dict[str, Any]]) -> int:
+def projected_tokens(system_prompt: str, transcript: list[TranscriptItem]) -> int:
     """Estimated tokens of the context the model would receive."""
     return estimate_tokens(transcript_chatend_text(system_prompt, transcript))
 
 
-def choose_cut(system_prompt: str, transcript: list[dict[str, Any]], window_tokens: int, protect_from: int) -> int:
+def choose_cut(system_prompt: str, transcript: list[TranscriptItem], window_tokens: int, protect_from: int) -> int:
     """Index of the first transcript item to keep (0: nothing can be summarised)."""
     boundaries = [
         i for i, item in enumerate(transcript)

@@ -19,7 +19,7 @@ Payload shapes by kind:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import cast
 
 from core.engine.journal import EntryKind, JournalEntry
 from core.engine.state import (
@@ -27,20 +27,26 @@ from core.engine.state import (
     MAX_EVENTS,
     MAX_EXTERNAL_EVENTS,
     MAX_INBOUND_IDS,
+    BoxRecord,
     CommitFacts,
+    EventRecord,
+    ExternalResponse,
+    FreeTimeResult,
     KnowledgeOp,
     LastTurn,
+    ObjectMeta,
     OpenCall,
     SessionState,
+    TranscriptItem,
     TurnOutput,
     TurnState,
 )
 from core.providers.base import Usage
 
 
-def transcript_item(entry: JournalEntry) -> dict[str, Any]:
+def transcript_item(entry: JournalEntry) -> TranscriptItem:
     """The transcript form of an entry: object bytes stay in the journal only."""
-    item = entry.model_dump(mode="json")
+    item = cast(TranscriptItem, entry.model_dump(mode="json"))
     if entry.kind == EntryKind.OBJECT:
         item["payload"] = {k: v for k, v in entry.payload.items() if k != "data_b64"}
     return item
@@ -57,12 +63,20 @@ def _append(state: SessionState, entry: JournalEntry) -> None:
     state.transcript.append(transcript_item(entry))
 
 
-def _respond(state: SessionState, entry: JournalEntry, record: dict[str, Any]) -> None:
+def _respond(
+    state: SessionState, entry: JournalEntry, *, terminal: bool, text: str | None = None, object_id: str | None = None
+) -> None:
     event_id = entry.external_event_id
     if not event_id:
         return
+    record: dict[str, object] = {"seq": entry.seq, "kind": entry.kind.value, "turn_id": entry.turn_id, "at": entry.at}
+    if text is not None:
+        record["text"] = text
+    if object_id is not None:
+        record["object_id"] = object_id
+    record["terminal"] = terminal
     responses = state.external_responses.pop(event_id, [])
-    responses.append({"seq": entry.seq, "kind": entry.kind.value, "turn_id": entry.turn_id, "at": entry.at, **record})
+    responses.append(cast(ExternalResponse, record))
     state.external_responses[event_id] = responses
     while len(state.external_responses) > MAX_EXTERNAL_EVENTS:
         state.external_responses.pop(next(iter(state.external_responses)))
@@ -91,7 +105,7 @@ def _agent_message(state: SessionState, entry: JournalEntry) -> None:
     state.turn.answer = text
     if text:
         state.turn.outputs.append(TurnOutput(seq=entry.seq, kind="text", text=text))
-        _respond(state, entry, {"text": text, "terminal": True})
+        _respond(state, entry, text=text, terminal=True)
 
 
 def _tool_call(state: SessionState, entry: JournalEntry) -> None:
@@ -110,12 +124,12 @@ def _tool_result(state: SessionState, entry: JournalEntry) -> None:
 
 def _notice(state: SessionState, entry: JournalEntry) -> None:
     _append(state, entry)
-    _respond(state, entry, {"text": entry.payload.get("text", ""), "terminal": False})
+    _respond(state, entry, text=entry.payload.get("text", ""), terminal=False)
 
 
 def _object(state: SessionState, entry: JournalEntry) -> None:
     _append(state, entry)
-    meta = {k: v for k, v in entry.payload.items() if k != "data_b64"}
+    meta = cast(ObjectMeta, {k: v for k, v in entry.payload.items() if k != "data_b64"})
     meta["seq"] = entry.seq
     state.objects[entry.payload["object_id"]] = meta
     if entry.payload.get("delivery"):
@@ -128,14 +142,14 @@ def _object(state: SessionState, entry: JournalEntry) -> None:
                 media_type=meta.get("media_type"),
             )
         )
-        _respond(state, entry, {"object_id": meta["object_id"], "terminal": True})
+        _respond(state, entry, object_id=meta["object_id"], terminal=True)
 
 
 def _reply(state: SessionState, entry: JournalEntry) -> None:
     _append(state, entry)
     text = entry.payload["text"]
     state.turn.outputs.append(TurnOutput(seq=entry.seq, kind="text", text=text))
-    _respond(state, entry, {"text": text, "terminal": True})
+    _respond(state, entry, text=text, terminal=True)
 
 
 def _summary(state: SessionState, entry: JournalEntry) -> None:
@@ -149,7 +163,7 @@ def _summary(state: SessionState, entry: JournalEntry) -> None:
 def _box(state: SessionState, entry: JournalEntry) -> None:
     _append(state, entry)
     state.group_context = dict(entry.payload.get("context") or {})
-    state.boxes.append({"seq": entry.seq, **entry.payload})
+    state.boxes.append(cast(BoxRecord, {"seq": entry.seq, **entry.payload}))
     del state.boxes[:-MAX_BOXES]
 
 
@@ -167,7 +181,7 @@ def _event(state: SessionState, entry: JournalEntry) -> None:
     payload = entry.payload
     kind = payload["type"]
     state.events.append(
-        {"seq": entry.seq, "at": entry.at, **{k: v for k, v in payload.items() if k != "op"}}
+        cast(EventRecord, {"seq": entry.seq, "at": entry.at, **{k: v for k, v in payload.items() if k != "op"}})
     )
     del state.events[:-MAX_EVENTS]
     if kind == "created":
@@ -198,11 +212,7 @@ def _event(state: SessionState, entry: JournalEntry) -> None:
     elif kind == "source_terminated":
         state.source_terminated = True
     elif kind == "finalized":
-        state.free_time_result = {
-            "reason": payload["reason"],
-            "result": payload.get("result", ""),
-            "at": entry.at,
-        }
+        state.free_time_result = FreeTimeResult(reason=payload["reason"], result=payload.get("result", ""), at=entry.at)
         if state.turn.pending:
             _end_turn(state, entry, "finalized")
     elif kind == "knowledge_staged":

@@ -7,7 +7,7 @@ from typing import Any
 from core.engine.answers import EVENT_KINDS, RESPONSE_KINDS, EventAnswers
 from core.engine.journal import HistoryJournal
 from core.engine.snapshot import Status, build_snapshot, status_of
-from core.engine.state import MAX_EXTERNAL_EVENTS, SessionState, TurnOutput
+from core.engine.state import MAX_EXTERNAL_EVENTS, SessionState, TranscriptItem, TurnOutput
 from core.providers.base import Usage
 
 
@@ -110,7 +110,7 @@ class SessionView:
         return self._state.exhausted
 
     @property
-    def transcript(self) -> list[dict[str, Any]]:
+    def transcript(self) -> list[TranscriptItem]:
         """The (possibly compacted) transcript items."""
         return self._state.transcript
 

@@ -8,16 +8,17 @@ only grows and tells two checkpoints of one session apart.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeVar
 
 import orjson
 from pydantic import Field
 
 from core.engine.chatend import memo_chatend_text, memo_for, project_messages, transcript_chatend_text
-from core.engine.state import SessionState
+from core.engine.state import EventRecord, SessionState, TranscriptItem
 from core.errors import InvalidInput
 
 FORMAT_VERSION: Final = 1
+SeqT = TypeVar("SeqT", TranscriptItem, EventRecord)
 
 Status = Literal["idle", "pending", "exhausted", "completed"]
 
@@ -70,7 +71,7 @@ class EncodedSnapshot(Mapping[str, Any]):
     __slots__ = ("_data", "new_events", "new_items", "raw", "state_version")
 
     def __init__(
-        self, raw: bytes, state_version: int, new_items: list[dict[str, Any]], new_events: list[dict[str, Any]]
+        self, raw: bytes, state_version: int, new_items: list[TranscriptItem], new_events: list[EventRecord]
     ) -> None:
         self.raw = raw
         self.state_version = state_version
@@ -94,10 +95,10 @@ class EncodedSnapshot(Mapping[str, Any]):
         return len(self.data)
 
 
-def _tail_since(entries: list[dict[str, Any]], since_version: int) -> list[dict[str, Any]]:
+def _tail_since(entries: list[SeqT], since_version: int) -> list[SeqT]:
     """The entries with ``seq >= since_version`` (they are in seq order): a scan from the end."""
     start = len(entries)
-    while start > 0 and int(entries[start - 1].get("seq", -1)) >= since_version:
+    while start > 0 and entries[start - 1]["seq"] >= since_version:
         start -= 1
     return entries[start:]
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, NotRequired
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, with_config
+from typing_extensions import TypedDict  # pydantic needs this one, not typing's, before Python 3.12
 
 from core.engine.options import AgentMode, RuntimeModel, WorkBinding
 from core.providers.base import Usage
@@ -18,6 +19,72 @@ MAX_EVENTS = 64
 MAX_BOXES = 16
 MAX_EXTERNAL_EVENTS = 16
 MAX_INBOUND_IDS = 64
+
+
+class TranscriptItem(TypedDict):
+    """A journal entry as the transcript keeps it: JSON-ready, an object's bytes left in the journal.
+
+    ``kind`` is an ``EntryKind`` value; ``payload``'s shape depends on it (``core.engine.reducer``).
+    """
+
+    seq: int
+    kind: str
+    turn_id: str | None
+    external_event_id: str | None
+    at: str
+    payload: dict[str, Any]
+
+
+@with_config(ConfigDict(extra="allow"))
+class EventRecord(TypedDict):
+    """A journaled ``event`` as the state keeps it: its seq and time, its type, then its own fields."""
+
+    seq: int
+    at: str
+    type: str
+
+
+@with_config(ConfigDict(extra="allow"))
+class ObjectMeta(TypedDict):
+    """A pending history object's facts (KS-11); the bytes stay in the journal entry at ``seq``."""
+
+    seq: int
+    object_id: str
+    file_name: str
+    media_type: str
+    transport_kind: NotRequired[str | None]
+    size: NotRequired[int]
+    delivery: NotRequired[bool]
+
+
+class ExternalResponse(TypedDict):
+    """One response the session gave to an external event (KS-14): text or an object."""
+
+    seq: int
+    kind: str
+    turn_id: str | None
+    at: str
+    terminal: bool
+    text: NotRequired[str]
+    object_id: NotRequired[str]
+
+
+@with_config(ConfigDict(extra="allow"))
+class BoxRecord(TypedDict):
+    """A controller update box (KS-15) as the state keeps it."""
+
+    seq: int
+    box_id: str
+    context: dict[str, Any]
+    current_message_id: str | None
+
+
+class FreeTimeResult(TypedDict):
+    """How a free-time slice was finalized (KS-17)."""
+
+    reason: str
+    result: str
+    at: str
 
 
 class OpenCall(BaseModel):
@@ -113,7 +180,7 @@ class SessionState(BaseModel):
     max_rounds: int
     started_at: str
     next_seq: int = 0
-    transcript: list[dict[str, Any]] = Field(default_factory=list)
+    transcript: list[TranscriptItem] = Field(default_factory=list)
     compacted_through_seq: int = -1
     turn: TurnState = Field(default_factory=TurnState)
     last_turn: LastTurn | None = None
@@ -122,12 +189,12 @@ class SessionState(BaseModel):
     completed: bool = False
     source_terminated: bool = False
     openings: dict[str, bool] = Field(default_factory=dict)
-    free_time_result: dict[str, Any] | None = None
+    free_time_result: FreeTimeResult | None = None
     commit: CommitFacts | None = None
     knowledge_plan: KnowledgePlan
-    boxes: list[dict[str, Any]] = Field(default_factory=list)
-    events: list[dict[str, Any]] = Field(default_factory=list)
-    objects: dict[str, dict[str, Any]] = Field(default_factory=dict)
-    external_responses: dict[str, list[dict[str, Any]]] = Field(default_factory=dict)
+    boxes: list[BoxRecord] = Field(default_factory=list)
+    events: list[EventRecord] = Field(default_factory=list)
+    objects: dict[str, ObjectMeta] = Field(default_factory=dict)
+    external_responses: dict[str, list[ExternalResponse]] = Field(default_factory=dict)
     recent_inbound_ids: list[str] = Field(default_factory=list)
     usage_total: Usage = Field(default_factory=Usage)
