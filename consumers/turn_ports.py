@@ -7,7 +7,7 @@ from typing import Any, Protocol
 from core.engine import Session, SessionOptions
 from core.engine.options import WorkBinding
 from core.sessions.rules import root_of
-from core.sessions.records import SessionRecord
+from core.sessions.records import OriginChat, SessionRecord
 from core.sessions.take import Principal
 from schemas.wire import InboundMessage
 
@@ -31,6 +31,8 @@ class SessionBook(Protocol):
     def generation_of(self, session_id: str) -> int: ...
 
     def get_session(self, session_id: str) -> SessionRecord | None: ...
+
+    def origin_chat_of(self, session_id: str) -> OriginChat | None: ...
 
     async def complete_session(self, session_id: str, result: str | None = None) -> Any: ...
 
@@ -71,10 +73,9 @@ def work_of(book: SessionBook, session_id: str) -> WorkBinding | None:
     )
 
 
-def chat_of(book: Any, session_id: str, inbound: InboundMessage | None) -> dict[str, Any] | None:
+def chat_of(book: SessionBook, session_id: str, inbound: InboundMessage | None) -> dict[str, Any] | None:
     """The session's chat scope for a fresh engine session: the root's origin chat, else the inbound's."""
-    origin_chat_of = getattr(book, "origin_chat_of", None)
-    origin = origin_chat_of(session_id) if callable(origin_chat_of) else None
+    origin = book.origin_chat_of(session_id)
     if origin is not None:
         return {"type": origin.type, "multi_party": bool(origin.multi_party), "target_id": origin.target_id,
                 "name": origin.name}

@@ -47,6 +47,10 @@ def test_the_session_rules_import_no_io_libraries() -> None:
     assert io_libraries_loaded_by(SESSION_RULES) == []
 
 
+def test_the_inbox_port_imports_no_io_libraries() -> None:
+    assert io_libraries_loaded_by(["core.inbox"]) == []
+
+
 def test_the_session_engine_imports_no_io_libraries() -> None:
     assert len(ENGINE) > 20  # every module of the engine, found on disk
     assert io_libraries_loaded_by(ENGINE) == []
