@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from core.engine.drafts import Checkpoint, Draft
 from core.engine.file_names import validate_delivery_file_name
 from core.engine.ingress import JournalHistoryReader, ingress_options
 from core.engine.journal import (
@@ -16,7 +17,7 @@ from core.engine.objects import ResolvedObject
 from core.engine.options import AgentMode, RuntimeModel, SessionOptions, WorkBinding
 from core.engine.policy import MidTurnAction, MidTurnPolicy, decide_mid_turn
 from core.engine.ports import HistoryReader, SameSessionOnly, TakePolicy, TakeVerdict
-from core.engine.session import Checkpoint, Session
+from core.engine.session import Session
 from core.engine.snapshot import FORMAT_VERSION, Snapshot
 from core.engine.tools import LeaseRegistry, ToolDefinition, ToolRegistry, builtin_registry
 from core.engine.turn_loop import TurnExhausted
@@ -25,6 +26,7 @@ __all__ = [
     "FORMAT_VERSION",
     "AgentMode",
     "Checkpoint",
+    "Draft",
     "EntryKind",
     "GenerationalJournal",
     "HistoryJournal",

@@ -427,4 +427,4 @@ def _fresh_state(
     )
 
 
-__all__ = ["Checkpoint", "Draft", "Session"]
+__all__ = ["Session"]
