@@ -16,6 +16,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from consumers.backoff import compute_backoff_s
 from consumers.publisher import Publisher
 from core.store.inbox import DONE, SqlInbox, StagedMessage
 
@@ -23,6 +24,7 @@ log = logging.getLogger(__name__)
 
 RETRY_ATTEMPTS = 5
 RETRY_BASE_DELAY_S = 0.2
+RETRY_MAX_DELAY_S = 3.2
 
 Republish = Callable[[list[asyncio.Future[Any]]], Awaitable[None]]
 
@@ -64,7 +66,7 @@ class TurnFinisher:
                 return
             log.warning("session %s: replies or events of %s not acknowledged (attempt %d); republishing",
                         self._session_id, staged.message_id, attempt + 1)
-            await asyncio.sleep(RETRY_BASE_DELAY_S * 2**attempt)
+            await asyncio.sleep(compute_backoff_s(attempt + 1, base_s=RETRY_BASE_DELAY_S, max_s=RETRY_MAX_DELAY_S))
             unsettled = []
             try:
                 await republish(unsettled)

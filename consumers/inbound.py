@@ -23,6 +23,7 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
+from consumers.backoff import compute_backoff_s
 from consumers.codec import decode_inbound
 from consumers.health import ServiceHealth
 from consumers.inbound_pipeline import Handoff, InboundPipeline, InboundRecorder
@@ -38,6 +39,8 @@ log = logging.getLogger(__name__)
 
 STAGE_RETRY_DELAY_S = 1.0
 SILENT_CHECK_EVERY_S = 15.0
+FETCH_RETRY_FIRST_S = 0.5
+FETCH_RETRY_MAX_S = 2.0
 
 __all__ = ["Handoff", "InboundLoop", "InboundRecorder"]
 
@@ -123,6 +126,7 @@ class InboundLoop:
     async def _run(self) -> None:
         psub = await self._bind()
         last_check = time.monotonic()
+        failures = 0  # consecutive failed fetches (connection trouble)
         while not self._stopping.is_set():
             room = self.pipeline.room()
             if not room:  # full, or the store refuses writes: take no new work
@@ -140,8 +144,9 @@ class InboundLoop:
             except Exception as exc:  # connection trouble: back off and bind afresh
                 if self._stopping.is_set():
                     break
-                log.warning("inbound fetch failed (%r); binding afresh", exc)
-                await asyncio.sleep(0.5)
+                failures += 1
+                log.warning("inbound fetch failed (%r, %d in a row); binding afresh", exc, failures)
+                await asyncio.sleep(compute_backoff_s(failures, base_s=FETCH_RETRY_FIRST_S, max_s=FETCH_RETRY_MAX_S))
                 try:
                     await psub.unsubscribe()
                 except Exception:
@@ -151,6 +156,7 @@ class InboundLoop:
                 except Exception as bind_exc:
                     log.warning("rebinding the inbound consumer failed: %r", bind_exc)
                 continue
+            failures = 0
             try:
                 await self.process_batch(msgs)
             except Exception:

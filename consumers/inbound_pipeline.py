@@ -26,8 +26,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from nats.aio.msg import Msg
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
 
+from consumers.backoff import tenacity_wait
 from consumers.health import ServiceHealth
 from core.store.inbox import SqlInbox, StagedMessage
 from schemas.wire import InboundMessage
@@ -218,7 +219,7 @@ class InboundPipeline:
         """Stage, retrying the same messages with backoff while the store refuses (degraded)."""
         fresh: list[bool] = []
         async for attempt in AsyncRetrying(
-            wait=wait_exponential(multiplier=STAGE_RETRY_FIRST_S, max=STAGE_RETRY_MAX_S),
+            wait=tenacity_wait(base_s=STAGE_RETRY_FIRST_S, max_s=STAGE_RETRY_MAX_S),
             retry=retry_if_exception_type(Exception),
             stop=self._stop_retrying,
             reraise=True,
