@@ -8,12 +8,12 @@ The knowledge operations read the committed store only and need no actor.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from consumers.api import Operation
+from consumers.replies import ReplyTarget
 from consumers.turns import TurnRunner
 from core.engine import AgentMode, Session, SessionOptions, ingress_options
 from core.errors import Conflict, InvalidInput, NotFound, TooLarge, Unavailable
@@ -22,11 +22,11 @@ from schemas.turns_control import (
     GroupContextRequest,
     IngressRequest,
     InterruptRequest,
-    RetryRequest,
     KnowledgeGetRequest,
     KnowledgeListRequest,
     ModeTurnRequest,
     ObjectResolveRequest,
+    RetryRequest,
     WakeupRequest,
 )
 from schemas.turns_results import (
@@ -145,16 +145,15 @@ class TurnOperations:
             # KS-9: only an exhausted ordinary conversation can be reset.
             if not await engine.reset_exhausted_turn_rounds_for_retry(checkpoint=checkpoint):
                 raise Conflict(f"session {sid!r} has no exhausted conversation turn to retry ({engine.status})")
-            await runner.turn_started(engine, trigger="turn.retry")
-            outcome, error = await runner.run(engine, checkpoint)
-            delivered = 0
-            if req.platform and outcome == "replied":
-                delivered = await runner.deliver_outputs(
-                    engine, req.platform, req.reply_to or str(engine.turn_id), engine.state.turn.external_event_id
-                )
-            await runner.turn_ended(engine, outcome, error, trigger="turn.retry")
-            return {"session_id": sid, "turn_id": engine.turn_id, "outcome": outcome, "error": error,
-                    "status": engine.status, "delivered": delivered}
+            target = None
+            if req.platform:
+                target = ReplyTarget(req.platform, req.reply_to or str(engine.turn_id),
+                                     engine.state.turn.external_event_id)
+            trigger = {"trigger": "turn.retry"}
+            result = await runner.run_turn(engine, checkpoint, generation=runner.loaded_generation, target=target,
+                                           started=trigger, ended=trigger)
+            return {"session_id": sid, "turn_id": engine.turn_id, "outcome": result.outcome, "error": result.error,
+                    "status": engine.status, "delivered": result.delivered}
 
         return await self._actors().call(sid, "turn.retry", command)
 
@@ -264,22 +263,20 @@ class TurnOperations:
                     runner.unload()
                     raise Conflict(f"the {kind} opening of {sid!r} was not staged")
                 await self._file(sid)
-            await runner.turn_started(engine, trigger=f"turn.{kind}")
-            started = {"session_id": sid, "mode": kind, "turn_id": engine.turn_id, "status": engine.status}
-            if not wait:
-                reply(started)
-            deadline = None
-            if deadline_s is not None:
-                deadline = asyncio.get_running_loop().call_later(deadline_s, runner.request_stop, "deadline")
-            try:
-                outcome, error = await runner.run(engine, runner.checkpointer(None))
-            finally:
-                if deadline is not None:
-                    deadline.cancel()
-            delivered = 0
-            if platform and outcome == "replied":
-                delivered = await runner.deliver_outputs(engine, platform, str(engine.turn_id))
-            await runner.turn_ended(engine, outcome, error, trigger=f"turn.{kind}")
+            started = {"session_id": sid, "mode": kind}
+            target = ReplyTarget(platform, str(engine.turn_id)) if platform else None
+
+            def answer_now(turn: dict[str, Any]) -> None:
+                started.update(turn)
+                if not wait:
+                    reply(dict(started))
+
+            trigger = {"trigger": f"turn.{kind}"}
+            result = await runner.run_turn(
+                engine, runner.checkpointer(None), generation=runner.loaded_generation, target=target,
+                started=trigger, ended=trigger, deadline_s=deadline_s, on_started=answer_now,
+            )
+            outcome, error, delivered = result.outcome, result.error, result.delivered
             commit = engine.state.commit
             return {
                 **started, "outcome": outcome, "error": error, "status": engine.status,
