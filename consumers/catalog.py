@@ -11,8 +11,6 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from consumers.settings import Settings
-
 
 @dataclass(frozen=True)
 class OperationSpec:
@@ -24,22 +22,11 @@ class OperationSpec:
     result: Any
 
 
-class _Unbound:
-    """Stands in for the service while the operations are only being declared (never called)."""
-
-    def __init__(self) -> None:
-        self.settings = Settings.model_construct(time_zone="UTC")
-        self.manager = None
-        self.engines = None
-        self.actors = None
-
-
 def operation_specs() -> list[OperationSpec]:
     """Every control operation, in declaration order."""
-    from consumers.operations import control_operations
+    from consumers.operations import declared_operations
 
-    ops = control_operations(_Unbound())  # type: ignore[arg-type]
-    return [OperationSpec(op.name, op.summary, op.request, op.result) for op in ops]
+    return [OperationSpec(op.name, op.summary, op.request, op.result) for op in declared_operations()]
 
 
 def find(name: str) -> OperationSpec | None:

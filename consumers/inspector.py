@@ -27,6 +27,7 @@ from consumers.inspector_live import live_handler
 from consumers.inspector_replies import answering, error_response, required_session_id
 from consumers.operations import rendering
 from consumers.replay import replay
+from consumers.settings import service_time_zone
 from core.errors import InvalidInput, NotFound, Unavailable
 from core.sessions.records import SessionRecord
 
@@ -85,7 +86,7 @@ class InspectorApi:
 
     def __init__(self, service: TurnstileService) -> None:
         self._service = service
-        self._render = rendering(service)
+        self._tz = service_time_zone(service.settings.time_zone)
 
     def _manager(self) -> Any:
         if self._service.manager is None or self._service.js is None:
@@ -93,7 +94,7 @@ class InspectorApi:
         return self._service.manager
 
     def _record(self, record: SessionRecord) -> dict[str, Any]:
-        out: dict[str, Any] = self._render.session(record).model_dump(mode="json")
+        out: dict[str, Any] = rendering(self._tz, self._manager()).session(record).model_dump(mode="json")
         return out
 
     async def sessions(self, request: web.Request) -> dict[str, Any]:

@@ -4,7 +4,8 @@ Each operation is a request model from ``schemas.control`` plus a thin call
 into the session manager; results are the ``schemas.control`` result models.
 Refusals are ``TurnstileError``s (``invalid``, ``not_found``, ``conflict``)
 and everything a request can get wrong is checked before anything is written.
-Turn and knowledge operations come from ``consumers.ops_turns`` (another area).
+Turn and knowledge operations come from ``consumers.ops_turns`` (another area). Each area
+takes only the parts it uses (``ControlParts``), never the service.
 """
 
 from __future__ import annotations
@@ -12,15 +13,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import tzinfo
-from typing import TYPE_CHECKING, Any
+from typing import Any, cast
 
 from consumers.api import Operation
-from consumers.paging import Page, paginate, reply_budget
+from consumers.control_parts import ControlParts
 from consumers.ops_answers import operations as answer_operations
 from consumers.ops_turns import operations as turn_operations
-from consumers.settings import service_time_zone
+from consumers.paging import Page, paginate, reply_budget
 from core.errors import InvalidInput, NotFound
 from core.sessions import rules
 from core.sessions.codec import place_to_json, record_to_json, workspace_to_json
@@ -46,6 +47,7 @@ from schemas.control import (
     LabelOut,
     MemoryClearOut,
     MemoryClearRequest,
+    PageRequest,
     PlaceGetRequest,
     PlaceOfOut,
     PlaceOut,
@@ -53,14 +55,13 @@ from schemas.control import (
     PlatformRegisterRequest,
     PlatformUnregisteredOut,
     PlatformUnregisterRequest,
+    SessionChildrenRequest,
     SessionCompleteRequest,
     SessionCreateChildRequest,
     SessionCreateRequest,
     SessionCurrentDirRequest,
     SessionEnsureRequest,
     SessionExtraRootsRequest,
-    PageRequest,
-    SessionChildrenRequest,
     SessionIdRequest,
     SessionListRequest,
     SessionOut,
@@ -76,9 +77,6 @@ from schemas.control import (
     WorkspaceOut,
     WorkspaceRemovedOut,
 )
-
-if TYPE_CHECKING:
-    from consumers.service import TurnstileService
 
 log = logging.getLogger(__name__)
 
@@ -151,28 +149,19 @@ def _creation_order(record: SessionRecord) -> tuple[float, str]:
     return (record.created_at, record.id)
 
 
-def reply_budget_of(service: TurnstileService) -> int:
-    """Bytes of list items one reply may carry: under the connected server's max payload."""
-    broker = service.broker
-    max_payload = broker.connection.max_payload if broker is not None else 1_048_576
-    return reply_budget(max_payload)
+Budget = Callable[[], int]
 
 
-def rendering(service: TurnstileService) -> Rendering:
+def rendering(tz: tzinfo, manager: SessionManager) -> Rendering:
     """Result rendering in the service time zone, with SM-9's room class read from the manager."""
-    return Rendering(
-        service_time_zone(service.settings.time_zone),
-        room_class_of=lambda session_id: str(service.manager.room_class(session_id)),
-    )
+    return Rendering(tz, room_class_of=lambda session_id: str(manager.room_class(session_id)))
 
 
-def session_operations(service: TurnstileService) -> list[Operation]:
+def session_operations(manager_: SessionManager, render: Rendering, budget_bytes: Budget) -> list[Operation]:
     """session.*: create, create_child, ensure, get, list, children, update, title, complete, delete, …"""
-    render = rendering(service)
 
     def manager() -> SessionManager:
-        m: SessionManager = service.manager
-        return m
+        return manager_
 
     def existing(session_id: str) -> SessionRecord:
         record = manager().get_session(session_id)
@@ -203,7 +192,7 @@ def session_operations(service: TurnstileService) -> list[Operation]:
     def paged(records: list[SessionRecord], req: PageRequest) -> Page[SessionOut]:
         return paginate(
             records, _creation_order, render.session, limit=req.limit, cursor=req.cursor,
-            budget_bytes=reply_budget_of(service),
+            budget_bytes=budget_bytes(),
         )
 
     async def list_(req: SessionListRequest) -> Page[SessionOut]:
@@ -272,13 +261,13 @@ def session_operations(service: TurnstileService) -> list[Operation]:
     ]
 
 
-def other_operations(service: TurnstileService) -> list[Operation]:
+def other_operations(
+    manager_: SessionManager, render: Rendering, budget_bytes: Budget, clear_history: Callable[[str], Awaitable[bool]]
+) -> list[Operation]:
     """memory.clear, take.check, place.*, workspace.*, platform.*."""
-    render = rendering(service)
 
     def manager() -> SessionManager:
-        m: SessionManager = service.manager
-        return m
+        return manager_
 
     async def memory_clear(req: MemoryClearRequest) -> MemoryClearOut:
         m = manager()
@@ -292,7 +281,7 @@ def other_operations(service: TurnstileService) -> list[Operation]:
             targets = [req.session_id]
             if req.scope == "all":
                 targets += [r.id for r in m.list_sessions() if r.parent_id is None and r.id != req.session_id]
-            cleared = all([await service.clear_history(target) for target in targets])
+            cleared = all([await clear_history(target) for target in targets])
         deleted = await m.memory_clear(req.session_id, req.types, req.scope, history_cleared=cleared)
         return MemoryClearOut(session_id=req.session_id, history_cleared=cleared, deleted=deleted)
 
@@ -318,7 +307,7 @@ def other_operations(service: TurnstileService) -> list[Operation]:
     async def place_list(req: PageRequest) -> Page[PlaceOut]:
         return paginate(
             manager().list_places(), lambda p: (p.key != DEFAULT_WORKSPACE_KEY, p.key), render.place,
-            limit=req.limit, cursor=req.cursor, budget_bytes=reply_budget_of(service),
+            limit=req.limit, cursor=req.cursor, budget_bytes=budget_bytes(),
         )
 
     async def place_update(req: PlaceUpdateRequest) -> PlaceOut:
@@ -332,7 +321,7 @@ def other_operations(service: TurnstileService) -> list[Operation]:
     async def workspace_list(req: PageRequest) -> Page[WorkspaceOut]:
         return paginate(
             manager().list_workspaces(), lambda w: (w.position, w.id), render.workspace,
-            limit=req.limit, cursor=req.cursor, budget_bytes=reply_budget_of(service),
+            limit=req.limit, cursor=req.cursor, budget_bytes=budget_bytes(),
         )
 
     async def workspace_remove(req: WorkspaceIdRequest) -> WorkspaceRemovedOut:
@@ -359,7 +348,7 @@ def other_operations(service: TurnstileService) -> list[Operation]:
     async def platform_list(req: PageRequest) -> Page[AdapterInstanceOut]:
         return paginate(
             manager().registry.instances(), lambda i: (i.instance_id,), _instance_out,
-            limit=req.limit, cursor=req.cursor, budget_bytes=reply_budget_of(service),
+            limit=req.limit, cursor=req.cursor, budget_bytes=budget_bytes(),
         )
 
     return [
@@ -385,14 +374,32 @@ def _binder(resource: str) -> Callable[..., Operation]:
     return bind
 
 
-def control_operations(service: TurnstileService) -> list[Operation]:
-    """Every control operation of the service, bound to its running parts."""
-    own = [*session_operations(service), *other_operations(service)]
+def control_operations(parts: ControlParts) -> list[Operation]:
+    """Every control operation of the service, each area bound to the parts it uses."""
+    render = rendering(parts.time_zone, parts.manager)
+
+    def budget_bytes() -> int:
+        """Bytes of list items one reply may carry: under the connected server's max payload."""
+        return reply_budget(parts.max_payload_bytes())
+
+    own = [
+        *session_operations(parts.manager, render, budget_bytes),
+        *other_operations(parts.manager, render, budget_bytes, parts.clear_history),
+    ]
     names = {(op.resource, op.verb) for op in own}
     extra = []
-    for op in [*turn_operations(service), *answer_operations(service)]:
+    for op in [*turn_operations(parts.actors, parts.manager, parts.opener),
+               *answer_operations(parts.manager, parts.opener)]:
         if (op.resource, op.verb) in names:
             raise RuntimeError(f"control operation {op.resource}.{op.verb} is defined twice")
         names.add((op.resource, op.verb))
         extra.append(op)
     return [*own, *extra]
+
+
+def declared_operations() -> list[Operation]:
+    """The operations as declared, bound to nothing (the catalog reads names and models; never called)."""
+    from datetime import UTC
+
+    unbound = cast(Any, None)
+    return control_operations(ControlParts(unbound, unbound, unbound, unbound, lambda: 1_048_576, UTC))

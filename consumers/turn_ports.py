@@ -6,8 +6,8 @@ from typing import Any, Protocol
 
 from core.engine import Session, SessionOptions
 from core.engine.options import WorkBinding
-from core.sessions.rules import root_of
 from core.sessions.records import SessionRecord
+from core.sessions.rules import root_of
 from core.sessions.take import Principal
 from schemas.wire import InboundMessage
 

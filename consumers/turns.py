@@ -89,8 +89,10 @@ class TurnRunner:
         still_owner: Callable[[], Awaitable[bool]] | None = None,
         metrics: Metrics | None = None,
         failure_reply: str = "",
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.session_id = session_id
+        self._clock = clock  # wall time of checkpoints and turn ends
         self._metrics = metrics or _UNMETERED
         self._failure_reply = failure_reply
         self._turn_started_at: float | None = None
@@ -254,7 +256,7 @@ class TurnRunner:
                 "state_version": snapshot.state_version,
                 "transition": step,
                 "inbound_id": inbound_id,
-                "at": time.time(),
+                "at": self._clock(),
             })
             # Sent now, fenced on the previous checkpoint; its ack is awaited before the next
             # one, a tool call, a reply or the end of the item (consumers/checkpoints.py).
@@ -516,7 +518,7 @@ class TurnRunner:
                 await self._pub.emit(self.session_id, "usage", {"input": tokens_in, "output": tokens_out})
             )
         self._publishes.behind.append(
-            asyncio.ensure_future(self._book.turn_ended(self.session_id, outcome, error, time.time()))
+            asyncio.ensure_future(self._book.turn_ended(self.session_id, outcome, error, self._clock()))
         )
         self._publishes.unsettled.append(await self._pub.emit(self.session_id, "turn.ended", {
             **data, "turn_id": engine.turn_id, "outcome": outcome, "error": error, "mode": engine.state.mode.kind,
