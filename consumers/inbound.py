@@ -14,6 +14,7 @@ paced load (see DESIGN.md, "Known pitfalls").
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable
@@ -147,10 +148,8 @@ class InboundLoop:
                 failures += 1
                 log.warning("inbound fetch failed (%r, %d in a row); binding afresh", exc, failures)
                 await asyncio.sleep(compute_backoff_s(failures, base_s=FETCH_RETRY_FIRST_S, max_s=FETCH_RETRY_MAX_S))
-                try:
+                with contextlib.suppress(Exception):
                     await psub.unsubscribe()
-                except Exception:
-                    pass
                 try:
                     psub = await self._bind()
                 except Exception as bind_exc:
@@ -164,10 +163,8 @@ class InboundLoop:
                 for m in msgs:
                     await _quietly(m.nak(delay=STAGE_RETRY_DELAY_S))
             self.batches += 1
-        try:
+        with contextlib.suppress(Exception):
             await psub.unsubscribe()
-        except Exception:
-            pass
 
     async def _rebind_if_silent(
         self, psub: JetStreamContext.PullSubscription
@@ -178,14 +175,11 @@ class InboundLoop:
             return await self._bind()
         except Exception:
             return psub
-        if info.num_pending or info.num_ack_pending:
-            if info.num_pending:
-                log.warning("inbound consumer has %d pending but fetch is silent; binding afresh", info.num_pending)
-                try:
-                    await psub.unsubscribe()
-                except Exception:
-                    pass
-                return await self._bind()
+        if (info.num_pending or info.num_ack_pending) and info.num_pending:
+            log.warning("inbound consumer has %d pending but fetch is silent; binding afresh", info.num_pending)
+            with contextlib.suppress(Exception):
+                await psub.unsubscribe()
+            return await self._bind()
         return psub
 
     async def process_batch(self, msgs: list[Msg]) -> None:

@@ -18,6 +18,7 @@ of the ack wait get in-progress heartbeats so JetStream does not redeliver them 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import deque
@@ -114,10 +115,8 @@ class InboundPipeline:
         self._changed.clear()
         if self.room():
             return
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._changed.wait(), timeout_s)
-        except TimeoutError:
-            pass
 
     def start(self) -> None:
         self._tasks = [
@@ -142,10 +141,8 @@ class InboundPipeline:
             remaining_s = deadline - time.monotonic()
             if not self._unacked or remaining_s <= 0:
                 return not self._unacked
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), remaining_s)
-            except TimeoutError:
-                pass
 
     async def close(self, drain_timeout_s: float) -> None:
         """Finish what is in flight within the timeout; the rest stays unacked and is redelivered."""
@@ -208,7 +205,7 @@ class InboundPipeline:
         # MQ-8: ack only once durably staged.
         await asyncio.gather(*(_quietly(e.msg.ack()) for e in batch))
         self._settled(batch)
-        for entry, item, is_new in zip(batch, staged, fresh):
+        for entry, item, is_new in zip(batch, staged, fresh, strict=False):
             if is_new:
                 try:
                     await self._handoff(item, entry.inbound)

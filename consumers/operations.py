@@ -21,7 +21,7 @@ from consumers.api import Operation
 from consumers.control_parts import ControlParts
 from consumers.ops_answers import operations as answer_operations
 from consumers.ops_turns import operations as turn_operations
-from consumers.paging import Page, paginate, reply_budget
+from consumers.paging import paginate, reply_budget
 from core.errors import InvalidInput, NotFound
 from core.sessions import rules
 from core.sessions.codec import place_to_json, record_to_json, workspace_to_json
@@ -77,6 +77,7 @@ from schemas.control import (
     WorkspaceOut,
     WorkspaceRemovedOut,
 )
+from schemas.wire import Page
 
 log = logging.getLogger(__name__)
 
