@@ -17,7 +17,7 @@ Nothing here changes anything; errors are ``{code, message}`` with a matching HT
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 from aiohttp import web
@@ -26,13 +26,11 @@ from nats.js.errors import NotFoundError
 from consumers.inspector_live import live_handler
 from consumers.inspector_replies import answering, error_response, required_session_id
 from consumers.operations import rendering
+from consumers.process_view import ProcessView
 from consumers.replay import replay
 from consumers.settings import service_time_zone
 from core.errors import InvalidInput, NotFound, Unavailable
 from core.sessions.records import SessionRecord
-
-if TYPE_CHECKING:
-    from consumers.service import TurnstileService
 
 STATIC_DIR = Path(__file__).with_name("inspector_static")
 STATIC_FILES = {
@@ -43,7 +41,7 @@ MAX_SESSIONS = 500  # rows one listing returns; search narrows it
 MAX_TREE_DEPTH = 1000  # guards the ancestor walk against a malformed parent chain
 
 
-def inspector_routes(service: TurnstileService) -> list[web.RouteDef]:
+def inspector_routes(service: ProcessView) -> list[web.RouteDef]:
     """The inspector's routes, bound to the running service (register before the endpoint starts)."""
     api = InspectorApi(service)
     return [
@@ -84,7 +82,7 @@ def _file_response(path: Path, content_type: str) -> web.Response:
 class InspectorApi:
     """The JSON endpoints: reads of the session manager and the checkpoint stream, nothing else."""
 
-    def __init__(self, service: TurnstileService) -> None:
+    def __init__(self, service: ProcessView) -> None:
         self._service = service
         self._tz = service_time_zone(service.settings.time_zone)
 
