@@ -23,21 +23,21 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from consumers.actors import ActorRegistry
 from consumers.api import build_router
+from consumers.catalog import control_operations
 from consumers.control_parts import ControlParts
 from consumers.history import SessionHistory
-from consumers.inbound import InboundLoop
+from consumers.inbound_loop import InboundLoop
 from consumers.inflight import recover_inflight
 from consumers.manager_adapters import ManagerRecorder, ManagerTakePolicy, build_manager
 from consumers.max_deliveries import watch_max_deliveries
 from consumers.mcp_tools import McpToolServers, parse_mcp_servers
 from consumers.metrics import Metrics
-from consumers.operations import control_operations
 from consumers.publisher import Publisher
 from consumers.retry_policy import TurnRetryPolicy
 from consumers.session_opener import SessionOpener, build_provider
 from consumers.settings import Settings, service_time_zone
 from consumers.tool_plugins import load_tools
-from consumers.turns import TurnRunner
+from consumers.turn_runner import TurnRunner
 from core.engine import builtin_registry
 from core.providers.base import Provider
 from core.sessions.manager import SessionManager

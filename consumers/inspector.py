@@ -25,8 +25,8 @@ from nats.js.errors import NotFoundError
 
 from consumers.inspector_live import live_handler
 from consumers.inspector_replies import answering, error_response, required_session_id
-from consumers.operations import rendering
 from consumers.process_view import ProcessView
+from consumers.rendering import rendering
 from consumers.replay import replay
 from consumers.settings import service_time_zone
 from core.errors import InvalidInput, NotFound, Unavailable

@@ -12,7 +12,7 @@ from faststream.nats import NatsBroker
 from nats.js import JetStreamContext
 
 from consumers.actors import ActorRegistry
-from consumers.inbound import InboundLoop
+from consumers.inbound_loop import InboundLoop
 from consumers.metrics import Metrics
 from consumers.publisher import Publisher
 from consumers.settings import Settings

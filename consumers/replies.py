@@ -18,7 +18,7 @@ from typing import Any
 from consumers.checkpoints import CheckpointChain
 from consumers.outbound_ledger import stored_reply_seqs
 from consumers.publisher import Publisher
-from consumers.turn_ports import SessionBook
+from consumers.runner_ports import SessionBook
 from core.engine import Session
 from core.engine.answers import EventAnswers
 from core.errors import StaleGeneration

@@ -19,7 +19,7 @@ from consumers.actors import ActorRegistry
 from consumers.bootstrap import Connections, Replacements, Runtime, bootstrap
 from consumers.connect import wait_for_broker
 from consumers.http_server import HttpServer
-from consumers.inbound import InboundLoop
+from consumers.inbound_loop import InboundLoop
 from consumers.inspector import inspector_routes
 from consumers.lease import OwnershipLease
 from consumers.metrics import Metrics

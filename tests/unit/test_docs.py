@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from consumers.operations import declared_operations
+from consumers.catalog import declared_operations
 from consumers.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -25,8 +25,8 @@ from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from consumers.backoff import compute_backoff_s
-from consumers.codec import decode_inbound
 from consumers.health import ServiceHealth
+from consumers.inbound_decoding import decode_inbound
 from consumers.inbound_pipeline import Handoff, InboundPipeline, InboundRecorder
 from consumers.metrics import Metrics
 from consumers.publisher import Publisher

@@ -1,11 +1,11 @@
-"""The control operations the service answers: sessions, memory, take, places, workspaces, platforms.
+"""The session-area control operations: sessions, memory, take, places, workspaces, platforms.
 
 Each operation is a request model from ``schemas.control`` plus a thin call
 into the session manager; results are the ``schemas.control`` result models.
 Refusals are ``TurnstileError``s (``invalid``, ``not_found``, ``conflict``)
 and everything a request can get wrong is checked before anything is written.
-Turn and knowledge operations come from ``consumers.ops_turns`` (another area). Each area
-takes only the parts it uses (``ControlParts``), never the service.
+Turn and knowledge operations are in ``consumers.turn_operations``, ``answer.lookup`` in
+``consumers.answer_operations``; ``consumers.catalog`` binds every area to the parts it uses.
 """
 
 from __future__ import annotations
@@ -14,37 +14,27 @@ import asyncio
 import logging
 import os
 from collections.abc import Awaitable, Callable
-from datetime import tzinfo
-from typing import Any, cast
+from typing import Any
 
 from consumers.api import Operation
-from consumers.control_parts import ControlParts
-from consumers.ops_answers import operations as answer_operations
-from consumers.ops_turns import operations as turn_operations
-from consumers.paging import paginate, reply_budget
+from consumers.paging import paginate
+from consumers.rendering import Rendering
 from core.errors import InvalidInput, NotFound
-from core.sessions import rules
-from core.sessions.codec import place_to_json, record_to_json, workspace_to_json
 from core.sessions.fields import SessionCreation
 from core.sessions.manager import SessionManager
 from core.sessions.platforms import AdapterInstance
 from core.sessions.records import (
-    DEFAULT_WORKSPACE_ID,
     DEFAULT_WORKSPACE_KEY,
-    PlaceRecord,
     SessionRecord,
     TakeSettings,
     WorkBinding,
-    WorkspaceRecord,
 )
 from core.sessions.take import Principal
-from core.sessions.text import TextRef
 from schemas.control import (
     AdapterInstanceOut,
     CreationIn,
     DeletedOut,
     GenerationOut,
-    LabelOut,
     MemoryClearOut,
     MemoryClearRequest,
     PageRequest,
@@ -84,39 +74,6 @@ log = logging.getLogger(__name__)
 HISTORY_TYPE = "context"
 
 
-class Rendering:
-    """Turns records into result models, rendering text objects in the service time zone (SM-2)."""
-
-    def __init__(self, tz: tzinfo, room_class_of: Callable[[str], str]) -> None:
-        self._tz = tz
-        self._room_class_of = room_class_of
-
-    def label(self, text: TextRef) -> LabelOut:
-        return LabelOut(source=text.render("en", self._tz), en=text.render("en", self._tz), zh=text.render("zh", self._tz))
-
-    def session(self, record: SessionRecord) -> SessionOut:
-        return SessionOut.model_validate({
-            **record_to_json(record),
-            "label": self.label(rules.session_label(record)),
-            "room_class": self._room_class_of(record.id),
-        })
-
-    def sessions(self, records: list[SessionRecord]) -> list[SessionOut]:
-        return [self.session(r) for r in records]
-
-    def place(self, place: PlaceRecord) -> PlaceOut:
-        return PlaceOut.model_validate({**place_to_json(place), "label": self.label(rules.place_label(place))})
-
-    def workspace(self, workspace: WorkspaceRecord) -> WorkspaceOut:
-        if workspace.name:
-            text = TextRef.literal(workspace.name)
-        elif workspace.id == DEFAULT_WORKSPACE_ID:
-            text = TextRef("place.label.default_workspace")
-        else:
-            text = TextRef.literal(workspace.id)
-        return WorkspaceOut.model_validate({**workspace_to_json(workspace), "label": self.label(text)})
-
-
 def _creation(given: CreationIn | None) -> SessionCreation | None:
     if given is None:
         return None
@@ -151,11 +108,6 @@ def _creation_order(record: SessionRecord) -> tuple[float, str]:
 
 
 Budget = Callable[[], int]
-
-
-def rendering(tz: tzinfo, manager: SessionManager) -> Rendering:
-    """Result rendering in the service time zone, with SM-9's room class read from the manager."""
-    return Rendering(tz, room_class_of=lambda session_id: str(manager.room_class(session_id)))
 
 
 def session_operations(manager_: SessionManager, render: Rendering, budget_bytes: Budget) -> list[Operation]:
@@ -373,34 +325,3 @@ def _binder(resource: str) -> Callable[..., Operation]:
         return Operation(resource, verb, request, call, summary)
 
     return bind
-
-
-def control_operations(parts: ControlParts) -> list[Operation]:
-    """Every control operation of the service, each area bound to the parts it uses."""
-    render = rendering(parts.time_zone, parts.manager)
-
-    def budget_bytes() -> int:
-        """Bytes of list items one reply may carry: under the connected server's max payload."""
-        return reply_budget(parts.max_payload_bytes())
-
-    own = [
-        *session_operations(parts.manager, render, budget_bytes),
-        *other_operations(parts.manager, render, budget_bytes, parts.clear_history),
-    ]
-    names = {(op.resource, op.verb) for op in own}
-    extra = []
-    for op in [*turn_operations(parts.actors, parts.manager, parts.opener),
-               *answer_operations(parts.manager, parts.opener)]:
-        if (op.resource, op.verb) in names:
-            raise RuntimeError(f"control operation {op.resource}.{op.verb} is defined twice")
-        names.add((op.resource, op.verb))
-        extra.append(op)
-    return [*own, *extra]
-
-
-def declared_operations() -> list[Operation]:
-    """The operations as declared, bound to nothing (the catalog reads names and models; never called)."""
-    from datetime import UTC
-
-    unbound = cast(Any, None)
-    return control_operations(ControlParts(unbound, unbound, unbound, unbound, lambda: 1_048_576, UTC))

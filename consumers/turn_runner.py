@@ -28,15 +28,16 @@ from typing import Any
 import orjson
 from tenacity import RetryCallState
 
+from consumers.checkpoint_transitions import transition_of
 from consumers.checkpoints import CheckpointChain
-from consumers.finisher import TurnFinisher
 from consumers.logs import clear_log_context, log_context
+from consumers.message_finisher import TurnFinisher
 from consumers.metrics import Metrics
 from consumers.publisher import Publisher
 from consumers.replies import ItemPublishes, ReplySender, ReplyTarget
 from consumers.retry_policy import OwnershipLost, TurnRetryPolicy
-from consumers.transitions import transition_of
-from consumers.turn_ports import EngineFactory, SessionBook, chat_of, external_id_of, principal_of, turn_usage, work_of
+from consumers.runner_ports import EngineFactory, SessionBook
+from consumers.turn_inputs import chat_of, external_id_of, principal_of, turn_usage, work_of
 from consumers.turn_stream import TurnStream
 from core.engine import FORMAT_VERSION, Session, SessionOptions, TurnExhausted
 from core.engine.policy import MidTurnAction, MidTurnPolicy, decide_mid_turn

@@ -16,7 +16,7 @@ from consumers.actors import ActorRegistry, Reply
 from consumers.api import Operation
 from consumers.replies import ReplyTarget
 from consumers.session_opener import SessionOpener
-from consumers.turns import TurnRunner
+from consumers.turn_runner import TurnRunner
 from core.engine import AgentMode, Session, SessionOptions, ingress_options
 from core.errors import Conflict, InvalidInput, NotFound, TooLarge
 from core.sessions.manager import SessionManager
