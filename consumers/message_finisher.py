@@ -24,7 +24,6 @@ log = logging.getLogger(__name__)
 
 RETRY_ATTEMPTS = 5
 RETRY_BASE_DELAY_S = 0.2
-RETRY_MAX_DELAY_S = 3.2
 
 Republish = Callable[[list[asyncio.Future[Any]]], Awaitable[None]]
 
@@ -66,7 +65,9 @@ class TurnFinisher:
                 return
             log.warning("session %s: replies or events of %s not acknowledged (attempt %d); republishing",
                         self._session_id, staged.message_id, attempt + 1)
-            await asyncio.sleep(compute_backoff_s(attempt + 1, base_s=RETRY_BASE_DELAY_S, max_s=RETRY_MAX_DELAY_S))
+            # Doubling from the base; the cap is never reached within RETRY_ATTEMPTS.
+            delay_s = compute_backoff_s(attempt + 1, base_s=RETRY_BASE_DELAY_S, max_s=RETRY_BASE_DELAY_S * 2**RETRY_ATTEMPTS)
+            await asyncio.sleep(delay_s)
             unsettled = []
             try:
                 await republish(unsettled)

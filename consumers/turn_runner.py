@@ -37,8 +37,8 @@ from consumers.publisher import Publisher
 from consumers.replies import ItemPublishes, ReplySender, ReplyTarget
 from consumers.retry_policy import OwnershipLost, TurnRetryPolicy
 from consumers.runner_ports import EngineFactory, SessionBook
-from consumers.turn_inputs import chat_of, external_id_of, principal_of, turn_usage, work_of
-from consumers.turn_stream import TurnStream
+from consumers.turn_events import TurnEvents
+from consumers.turn_inputs import chat_of, external_id_of, principal_of, work_of
 from core.engine import FORMAT_VERSION, Session, SessionOptions, TurnExhausted
 from core.engine.policy import MidTurnAction, MidTurnPolicy, decide_mid_turn
 from core.engine.snapshot import EncodedSnapshot
@@ -96,7 +96,6 @@ class TurnRunner:
         self._clock = clock  # wall time of checkpoints and turn ends
         self._metrics = metrics or _UNMETERED
         self._failure_reply = failure_reply
-        self._turn_started_at: float | None = None
         self.received_at: float | None = None  # monotonic time the item in hand was queued (reply latency)
         self._retry = retry or TurnRetryPolicy()
         # "Does this process still own the session?" (the ownership lease); None: always.
@@ -123,7 +122,9 @@ class TurnRunner:
             session_id, publisher=publisher, book=book, inbox=inbox, checkpoints=self._checkpoints,
             finished=self._finished, publishes=self._publishes,
         )
-        self._usage_reported: dict[str, tuple[int, int]] = {}
+        self._events = TurnEvents(
+            session_id, book=book, publisher=publisher, metrics=self._metrics, publishes=self._publishes, clock=clock
+        )
         self._finisher = TurnFinisher(session_id, publisher, inbox, self._finished.append)
 
     # -- arrival policy ---------------------------------------------------------------
@@ -416,7 +417,7 @@ class TurnRunner:
         was deleted meanwhile ends ``aborted`` without delivery (``stale``; SM-21/SM-22/MQ-5).
         """
         stream_to = target.platform if answers_inbound and target is not None else None
-        await self.turn_started(engine, platform=stream_to, **started)
+        await self._events.started(engine, self._generation, platform=stream_to, **started)
         if on_started is not None:
             on_started({"turn_id": engine.turn_id, "status": engine.status})
         deadline = None
@@ -442,7 +443,7 @@ class TurnRunner:
             except StaleGeneration:
                 stale = True
         if stale:
-            await self.turn_ended(engine, "aborted", None, **ended)
+            await self._events.ended(engine, self._generation, "aborted", None, **ended)
             return TurnResult("aborted", None, delivered, stale=True)
         if answers_inbound and outcome == "replied" and self.received_at is not None:
             self._metrics.reply_latency.observe(time.monotonic() - self.received_at)
@@ -453,7 +454,7 @@ class TurnRunner:
             # TURNSTILE_PROVIDER_FAILURE_REPLY: the user hears something; seq -1 is never a journal seq.
             await self.replies.publish_reply(target, generation, str(engine.turn_id), FALLBACK_SEQ,
                                              self._failure_reply, [])
-        await self.turn_ended(engine, outcome, error, **ended)
+        await self._events.ended(engine, self._generation, outcome, error, **ended)
         return TurnResult(outcome, error, delivered)
 
     def _spawn_finisher(
@@ -479,62 +480,7 @@ class TurnRunner:
         """Wait until every finished turn's publishes and writes have landed (tests, shutdown)."""
         await self._finisher.wait()
 
-    # -- turn steps shared with control commands ------------------------------------------
-    async def turn_started(self, engine: Session, *, platform: str | None = None, **data: Any) -> None:
-        """SM-16 bookkeeping (written behind; the manager's lock keeps the order) and ``turn.started``;
-        with the ``platform`` to answer on, the typing signal and the turn's partial text follow on
-        ``<prefix>.stream.<platform>.<sid>`` (``consumers/turn_stream.py``)."""
-        log_context(turn_id=str(engine.turn_id))
-        self._turn_started_at = time.monotonic()
-        self._publishes.behind.append(asyncio.ensure_future(self._book.turn_started(self.session_id)))
-        self._publishes.unsettled.append(await self._pub.emit(self.session_id, "turn.started", {
-            **data, "turn_id": engine.turn_id, "mode": engine.state.mode.kind, "generation": self._generation,
-        }))
-        engine.partial_text = None
-        if platform is not None and self._generation is not None:
-            stream = TurnStream(self._pub, platform, self.session_id, self._generation, str(engine.turn_id))
-            engine.partial_text = stream.text
-            await stream.typing(engine.state.rounds_used + 1)
-
-    async def turn_ended(self, engine: Session, outcome: str, error: str | None, **data: Any) -> None:
-        """SM-15 usage, SM-13/14/16 bookkeeping and the ``turn.ended`` event."""
-        if outcome == "replied":
-            await self._complete_child(engine)
-        # Report what this turn used and was not reported yet (a turn can run more than once:
-        # retried after a provider error or the round limit, or resumed after a crash).
-        total_in, total_out = turn_usage(engine)
-        seen_in, seen_out = self._usage_reported.get(str(engine.turn_id), (0, 0))
-        tokens_in, tokens_out = max(total_in - seen_in, 0), max(total_out - seen_out, 0)
-        self._usage_reported[str(engine.turn_id)] = (max(total_in, seen_in), max(total_out, seen_out))
-        while len(self._usage_reported) > FINISHED_REMEMBERED:
-            self._usage_reported.pop(next(iter(self._usage_reported)))
-        self._metrics.turn_ended(outcome, self._turn_started_at, tokens_in, tokens_out)
-        self._turn_started_at = None
-        if outcome == "error":
-            log.warning("session %s: turn %s (inbound %s) failed: %s",
-                        self.session_id, engine.turn_id, data.get("inbound_id") or data.get("trigger"), error)
-        if tokens_in or tokens_out:
-            self._publishes.behind.append(asyncio.ensure_future(self._book.add_usage(self.session_id, tokens_in, tokens_out)))
-            self._publishes.unsettled.append(
-                await self._pub.emit(self.session_id, "usage", {"input": tokens_in, "output": tokens_out})
-            )
-        self._publishes.behind.append(
-            asyncio.ensure_future(self._book.turn_ended(self.session_id, outcome, error, self._clock()))
-        )
-        self._publishes.unsettled.append(await self._pub.emit(self.session_id, "turn.ended", {
-            **data, "turn_id": engine.turn_id, "outcome": outcome, "error": error, "mode": engine.state.mode.kind,
-            "status": engine.status, "generation": self._generation,
-        }))
-
-    async def _complete_child(self, engine: Session) -> None:
-        """SM-16: a child that finishes a turn with a reply is completed with that reply as its
-        ``result`` before its turn ends (``session.completed`` precedes ``turn.ended``)."""
-        record = self._book.get_session(self.session_id)
-        answers = [out.text for out in engine.turn_outputs if out.text]
-        if record is None or record.parent_id is None or not answers:
-            return
-        await self._book.complete_session(self.session_id, answers[-1])
-
+    # -- running the pending turn ----------------------------------------------------------
     async def run(self, engine: Session, checkpoint: Checkpointer) -> tuple[str, str | None]:
         """Run the pending turn; map its result onto (outcome, error)."""
         operation = f"{self.session_id}:{engine.turn_id}:{uuid.uuid4().hex[:8]}"
