@@ -25,7 +25,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from consumers.turns import TurnRunner
+from consumers.turn_runner import TurnRunner
 from core.engine.policy import MidTurnAction
 from core.errors import Unavailable
 from core.store.inbox import StagedMessage

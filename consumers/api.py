@@ -21,9 +21,9 @@ from faststream.nats import NatsRouter
 from faststream.nats.annotations import NatsMessage
 from pydantic import BaseModel, ValidationError
 
-from consumers.paging import Page
 from core.errors import TurnstileError
 from schemas.subjects import Subjects
+from schemas.wire import Page
 
 log = logging.getLogger(__name__)
 

@@ -1,17 +1,24 @@
-"""The control API's catalog without a running service: every operation's name, summary,
-request model and result type, read from the same ``Operation`` declarations the service serves.
-
-Used by ``turnstile api --list`` / ``api OP --help`` and by the AsyncAPI export.
+"""The control API's catalog: every operation of every area, bound to the parts it uses
+(``control_operations``, served by the running process), and the same declarations read
+without a running service (``operation_specs``: ``turnstile api --list`` / ``api OP --help``,
+the AsyncAPI export).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from datetime import UTC
+from typing import Any, cast
 
 from pydantic import BaseModel
 
-from consumers.settings import Settings
+from consumers.answer_operations import operations as answer_operations
+from consumers.api import Operation
+from consumers.control_parts import ControlParts
+from consumers.paging import reply_budget
+from consumers.rendering import rendering
+from consumers.session_operations import other_operations, session_operations
+from consumers.turn_operations import operations as turn_operations
 
 
 @dataclass(frozen=True)
@@ -24,22 +31,38 @@ class OperationSpec:
     result: Any
 
 
-class _Unbound:
-    """Stands in for the service while the operations are only being declared (never called)."""
+def control_operations(parts: ControlParts) -> list[Operation]:
+    """Every control operation of the service, each area bound to the parts it uses."""
+    render = rendering(parts.time_zone, parts.manager)
 
-    def __init__(self) -> None:
-        self.settings = Settings.model_construct(time_zone="UTC")
-        self.manager = None
-        self.engines = None
-        self.actors = None
+    def budget_bytes() -> int:
+        """Bytes of list items one reply may carry: under the connected server's max payload."""
+        return reply_budget(parts.max_payload_bytes())
+
+    own = [
+        *session_operations(parts.manager, render, budget_bytes),
+        *other_operations(parts.manager, render, budget_bytes, parts.clear_history),
+    ]
+    names = {(op.resource, op.verb) for op in own}
+    extra = []
+    for op in [*turn_operations(parts.actors, parts.manager, parts.opener),
+               *answer_operations(parts.manager, parts.opener)]:
+        if (op.resource, op.verb) in names:
+            raise RuntimeError(f"control operation {op.resource}.{op.verb} is defined twice")
+        names.add((op.resource, op.verb))
+        extra.append(op)
+    return [*own, *extra]
+
+
+def declared_operations() -> list[Operation]:
+    """The operations as declared, bound to nothing (the catalog reads names and models; never called)."""
+    unbound = cast(Any, None)
+    return control_operations(ControlParts(unbound, unbound, unbound, unbound, lambda: 1_048_576, UTC))
 
 
 def operation_specs() -> list[OperationSpec]:
     """Every control operation, in declaration order."""
-    from consumers.operations import control_operations
-
-    ops = control_operations(_Unbound())  # type: ignore[arg-type]
-    return [OperationSpec(op.name, op.summary, op.request, op.result) for op in ops]
+    return [OperationSpec(op.name, op.summary, op.request, op.result) for op in declared_operations()]
 
 
 def find(name: str) -> OperationSpec | None:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import os
@@ -59,18 +60,18 @@ def options(
                                help="NATS server URL [default: nats://127.0.0.1:4333]"),
     prefix: str | None = typer.Option(None, "--prefix", envvar="TURNSTILE_PREFIX", show_envvar=True,
                                help="subject prefix [default: turnstile]"),
-    creds: Path | None = typer.Option(None, "--creds", envvar="TURNSTILE_NATS_CREDS_FILE", help="NATS .creds file"),
-    nkey_seed: Path | None = typer.Option(None, "--nkey-seed", envvar="TURNSTILE_NATS_NKEY_SEED_FILE",
+    creds: Path | None = typer.Option(None, "--creds", envvar="TURNSTILE_NATS_CREDS_FILE", help="NATS .creds file"),  # noqa: B008 - typer declares options as defaults
+    nkey_seed: Path | None = typer.Option(None, "--nkey-seed", envvar="TURNSTILE_NATS_NKEY_SEED_FILE",  # noqa: B008 - typer declares options as defaults
                                    help="NATS nkey seed file"),
     user: str | None = typer.Option(None, "--user", envvar="TURNSTILE_NATS_USER", help="NATS user (with --password)"),
     password: str | None = typer.Option(None, "--password", envvar="TURNSTILE_NATS_PASSWORD", show_default=False,
                                  help="NATS password (prefer the variable: a command line is visible to others)"),
     token: str | None = typer.Option(None, "--token", envvar="TURNSTILE_NATS_TOKEN", show_default=False,
                               help="NATS token (prefer the variable)"),
-    tls_ca: Path | None = typer.Option(None, "--tls-ca", envvar="TURNSTILE_NATS_TLS_CA_FILE", help="CA file for TLS"),
-    tls_cert: Path | None = typer.Option(None, "--tls-cert", envvar="TURNSTILE_NATS_TLS_CERT_FILE",
+    tls_ca: Path | None = typer.Option(None, "--tls-ca", envvar="TURNSTILE_NATS_TLS_CA_FILE", help="CA file for TLS"),  # noqa: B008 - typer declares options as defaults
+    tls_cert: Path | None = typer.Option(None, "--tls-cert", envvar="TURNSTILE_NATS_TLS_CERT_FILE",  # noqa: B008 - typer declares options as defaults
                                   help="client certificate (mutual TLS)"),
-    tls_key: Path | None = typer.Option(None, "--tls-key", envvar="TURNSTILE_NATS_TLS_KEY_FILE",
+    tls_key: Path | None = typer.Option(None, "--tls-key", envvar="TURNSTILE_NATS_TLS_KEY_FILE",  # noqa: B008 - typer declares options as defaults
                                  help="client key (mutual TLS)"),
     json_: bool = typer.Option(False, "--json", help="machine output: JSON (one object or one per line)"),
     _version_flag: bool = typer.Option(False, "--version", callback=_show_version, is_eager=True,
@@ -91,7 +92,7 @@ def options(
     if role is not None and not any(given[k] for k in ("nats_user", "nats_creds_file", "nats_nkey_seed_file", "nats_token")):
         os.environ.update(dev_settings_env(role))
     try:
-        settings = Settings(**{k: v for k, v in given.items() if v is not None})
+        settings = Settings.model_validate({k: v for k, v in given.items() if v is not None})
     except ValidationError as exc:
         raise CliError(invalid_settings(exc), EXIT_SETTINGS) from None
     configure_logging(settings)
@@ -225,10 +226,8 @@ async def serve(service: object, stop: asyncio.Event) -> int:
             # The broker went away again while we were taking over: compete afresh.
             log.warning("taking over failed (%r); competing for ownership again", exc)
             await asyncio.gather(service.stop(), return_exceptions=True)
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), RETRY_DELAY_S)
-            except TimeoutError:
-                pass
             outcome = "stopped" if stop.is_set() else "lost"
         if outcome == "stopped":
             return 0

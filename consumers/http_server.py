@@ -55,7 +55,7 @@ class HttpServer:
                 "set TURNSTILE_HTTP_PORT to a free port, 0 for any free port, or -1 to turn the endpoint off"
             ) from exc
         self._runner = runner
-        server = site._server  # noqa: SLF001 - aiohttp exposes the bound socket only here
+        server = site._server  # aiohttp exposes the bound socket only here
         sockets = getattr(server, "sockets", None) or []
         self.port = sockets[0].getsockname()[1] if sockets else self.requested_port
         log.info("HTTP endpoint on http://%s:%d", self.host, self.port)

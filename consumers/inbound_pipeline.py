@@ -18,6 +18,7 @@ of the ack wait get in-progress heartbeats so JetStream does not redeliver them 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import deque
@@ -26,8 +27,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from nats.aio.msg import Msg
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
 
+from consumers.backoff import tenacity_wait
 from consumers.health import ServiceHealth
 from core.store.inbox import SqlInbox, StagedMessage
 from schemas.wire import InboundMessage
@@ -113,10 +115,8 @@ class InboundPipeline:
         self._changed.clear()
         if self.room():
             return
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._changed.wait(), timeout_s)
-        except TimeoutError:
-            pass
 
     def start(self) -> None:
         self._tasks = [
@@ -141,10 +141,8 @@ class InboundPipeline:
             remaining_s = deadline - time.monotonic()
             if not self._unacked or remaining_s <= 0:
                 return not self._unacked
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), remaining_s)
-            except TimeoutError:
-                pass
 
     async def close(self, drain_timeout_s: float) -> None:
         """Finish what is in flight within the timeout; the rest stays unacked and is redelivered."""
@@ -207,7 +205,7 @@ class InboundPipeline:
         # MQ-8: ack only once durably staged.
         await asyncio.gather(*(_quietly(e.msg.ack()) for e in batch))
         self._settled(batch)
-        for entry, item, is_new in zip(batch, staged, fresh):
+        for entry, item, is_new in zip(batch, staged, fresh, strict=False):
             if is_new:
                 try:
                     await self._handoff(item, entry.inbound)
@@ -218,7 +216,7 @@ class InboundPipeline:
         """Stage, retrying the same messages with backoff while the store refuses (degraded)."""
         fresh: list[bool] = []
         async for attempt in AsyncRetrying(
-            wait=wait_exponential(multiplier=STAGE_RETRY_FIRST_S, max=STAGE_RETRY_MAX_S),
+            wait=tenacity_wait(base_s=STAGE_RETRY_FIRST_S, max_s=STAGE_RETRY_MAX_S),
             retry=retry_if_exception_type(Exception),
             stop=self._stop_retrying,
             reraise=True,

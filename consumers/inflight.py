@@ -36,7 +36,7 @@ class RecoveredMsg(Msg):
     async def ack(self) -> None:
         return None
 
-    async def ack_sync(self, timeout: float = 1.0) -> Msg:
+    async def ack_sync(self, timeout: float = 1.0) -> Msg:  # noqa: ASYNC109 - nats-py's Msg.ack_sync signature
         return self
 
     async def nak(self, delay: int | float | None = None) -> None:

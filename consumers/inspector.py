@@ -17,7 +17,7 @@ Nothing here changes anything; errors are ``{code, message}`` with a matching HT
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 from aiohttp import web
@@ -25,13 +25,12 @@ from nats.js.errors import NotFoundError
 
 from consumers.inspector_live import live_handler
 from consumers.inspector_replies import answering, error_response, required_session_id
-from consumers.operations import rendering
+from consumers.process_view import ProcessView
+from consumers.rendering import rendering
 from consumers.replay import replay
+from consumers.settings import service_time_zone
 from core.errors import InvalidInput, NotFound, Unavailable
 from core.sessions.records import SessionRecord
-
-if TYPE_CHECKING:
-    from consumers.service import TurnstileService
 
 STATIC_DIR = Path(__file__).with_name("inspector_static")
 STATIC_FILES = {
@@ -42,7 +41,7 @@ MAX_SESSIONS = 500  # rows one listing returns; search narrows it
 MAX_TREE_DEPTH = 1000  # guards the ancestor walk against a malformed parent chain
 
 
-def inspector_routes(service: TurnstileService) -> list[web.RouteDef]:
+def inspector_routes(service: ProcessView) -> list[web.RouteDef]:
     """The inspector's routes, bound to the running service (register before the endpoint starts)."""
     api = InspectorApi(service)
     return [
@@ -83,9 +82,9 @@ def _file_response(path: Path, content_type: str) -> web.Response:
 class InspectorApi:
     """The JSON endpoints: reads of the session manager and the checkpoint stream, nothing else."""
 
-    def __init__(self, service: TurnstileService) -> None:
+    def __init__(self, service: ProcessView) -> None:
         self._service = service
-        self._render = rendering(service)
+        self._tz = service_time_zone(service.settings.time_zone)
 
     def _manager(self) -> Any:
         if self._service.manager is None or self._service.js is None:
@@ -93,7 +92,7 @@ class InspectorApi:
         return self._service.manager
 
     def _record(self, record: SessionRecord) -> dict[str, Any]:
-        out: dict[str, Any] = self._render.session(record).model_dump(mode="json")
+        out: dict[str, Any] = rendering(self._tz, self._manager()).session(record).model_dump(mode="json")
         return out
 
     async def sessions(self, request: web.Request) -> dict[str, Any]:

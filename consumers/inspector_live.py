@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 from aiohttp import web
@@ -23,10 +23,8 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from consumers.inspector_replies import Handler, error_response, session_id_of
+from consumers.process_view import ProcessView
 from core.errors import InvalidInput, Unavailable
-
-if TYPE_CHECKING:
-    from consumers.service import TurnstileService
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +33,7 @@ WAKE_S = 0.5  # how often an idle stream checks that the service still runs
 KEEPALIVE_S = 15.0  # an SSE comment line so proxies and browsers keep the stream open
 
 
-def live_handler(service: TurnstileService) -> Handler:
+def live_handler(service: ProcessView) -> Handler:
     """The SSE handler, bound to the running service."""
 
     async def handle(request: web.Request) -> web.StreamResponse:
@@ -55,7 +53,7 @@ def live_handler(service: TurnstileService) -> Handler:
 class LiveStream:
     """One open page's stream: subscriptions into a bounded queue, the queue out as SSE."""
 
-    def __init__(self, service: TurnstileService, nc: Client, session_id: str | None) -> None:
+    def __init__(self, service: ProcessView, nc: Client, session_id: str | None) -> None:
         self._subjects = service.subjects
         self._nc = nc
         self._sid = session_id

@@ -14,6 +14,7 @@ outbound ``Nats-Msg-Id`` dedup keeps a resumed turn from answering twice.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -139,10 +140,8 @@ class OwnershipLease:
         """Stop renewing and delete the lease so a standby takes over at once."""
         if self._renewer is not None:
             self._renewer.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._renewer
-            except (asyncio.CancelledError, Exception):
-                pass
             self._renewer = None
         if self._revision is not None and self._kv is not None:
             try:

@@ -141,9 +141,11 @@ class McpToolServer:
         assert c.url is not None
         # Our own per-tool time limit bounds a call; the HTTP client must not cut it shorter.
         timeout = httpx2.Timeout(c.connect_timeout_s, read=None)
-        async with httpx2.AsyncClient(headers=c.headers, timeout=timeout) as http:
-            async with Client(streamable_http_client(c.url, http_client=http)) as client:
-                yield client
+        async with (
+            httpx2.AsyncClient(headers=c.headers, timeout=timeout) as http,
+            Client(streamable_http_client(c.url, http_client=http)) as client,
+        ):
+            yield client
 
     @staticmethod
     async def _list_tools(client: Client) -> list[Tool]:

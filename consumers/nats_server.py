@@ -8,6 +8,7 @@ directory, and we wait for "Server is ready" on stderr within a timeout.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import shutil
@@ -114,10 +115,8 @@ class NatsServer:
                 await proc.wait()
         if self._pump is not None:
             self._pump.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._pump
-            except (asyncio.CancelledError, Exception):
-                pass
         self.process = None
 
     async def __aenter__(self) -> NatsServer:

@@ -12,20 +12,19 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-if TYPE_CHECKING:
-    from consumers.service import TurnstileService
+from consumers.process_view import ProcessView
 
 log = logging.getLogger(__name__)
 
 READY_ROLES = ("owner", "standby")
 
 
-def observability_routes(service: TurnstileService) -> list[web.RouteDef]:
+def observability_routes(service: ProcessView) -> list[web.RouteDef]:
     """The three routes, reading ``service`` at request time."""
 
     async def healthz(_request: web.Request) -> web.Response:
@@ -46,7 +45,7 @@ def observability_routes(service: TurnstileService) -> list[web.RouteDef]:
     return [web.get("/healthz", healthz), web.get("/readyz", readyz), web.get("/metrics", metrics)]
 
 
-async def not_ready_reasons(service: TurnstileService) -> list[str]:
+async def not_ready_reasons(service: ProcessView) -> list[str]:
     """Why the process is not ready (empty: ready)."""
     reasons: list[str] = []
     if service.role not in READY_ROLES:
@@ -64,7 +63,7 @@ async def not_ready_reasons(service: TurnstileService) -> list[str]:
     return reasons
 
 
-def _connected(service: TurnstileService) -> bool:
+def _connected(service: ProcessView) -> bool:
     if service.broker is None:
         return False
     try:
@@ -73,7 +72,7 @@ def _connected(service: TurnstileService) -> bool:
         return False
 
 
-async def refresh_gauges(service: TurnstileService) -> None:
+async def refresh_gauges(service: ProcessView) -> None:
     """Set the scrape-time gauges from the service's state (the consumer from the broker)."""
     m = service.metrics
     actors = service.actors

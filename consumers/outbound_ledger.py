@@ -75,7 +75,7 @@ def _start_time(since: str | None) -> str | None:
 
 async def _get(js: JetStreamContext, stream: str, request: dict[str, object]) -> tuple[int, str]:
     """One ``STREAM.MSG.GET`` (nats-py's ``get_msg`` cannot send ``start_time``): (stream seq, msg id)."""
-    reply = await js._api_request(  # noqa: SLF001 - the typed get_msg lacks start_time
+    reply = await js._api_request(  # the typed get_msg lacks start_time
         f"{js._prefix}.STREAM.MSG.GET.{stream}", orjson.dumps(request), timeout=js._timeout
     )
     message = RawStreamMsg.from_response(reply["message"])

@@ -11,8 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 import orjson
 from pydantic import BaseModel

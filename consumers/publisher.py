@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from typing import Any
@@ -63,9 +64,12 @@ class StreamAcks:
             raise SubjectTooLong(f"subject of {len(subject.encode())} bytes does not fit the server's control line")
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._waiting[token] = future
-        future.add_done_callback(lambda _f, t=token: self._waiting.pop(t, None))
+        future.add_done_callback(functools.partial(self._forget, token))
         await self._nc.publish(subject, payload, reply=self._prefix + token, headers=headers)
         return future
+
+    def _forget(self, token: str, _done: asyncio.Future[int]) -> None:
+        self._waiting.pop(token, None)
 
     async def _on_reply(self, msg: Msg) -> None:
         future = self._waiting.get(msg.subject[len(self._prefix):])

@@ -64,7 +64,7 @@ async def replay(
         config.opt_start_seq = start_seq
     elif start_time is not None:
         config.deliver_policy = DeliverPolicy.BY_START_TIME
-        config.opt_start_time = start_time.isoformat()
+        config.opt_start_time = start_time.isoformat()  # type: ignore[assignment]  # nats-py sends it as given; its hint says datetime
     else:
         config.deliver_policy = DeliverPolicy.ALL
     psub = await js.pull_subscribe(subject, durable=None, stream=stream, config=config)

@@ -12,7 +12,9 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_exponential
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
+
+from consumers.backoff import tenacity_wait
 
 BASE_BACKOFF_S = 0.5
 
@@ -40,7 +42,7 @@ class TurnRetryPolicy:
         runs before each wait and may raise ``OwnershipLost`` to stop retrying."""
         return AsyncRetrying(
             stop=stop_after_attempt(self.attempts),
-            wait=wait_exponential(multiplier=self.base_backoff_s, exp_base=2, min=0, max=self.max_backoff_s),
+            wait=tenacity_wait(base_s=self.base_backoff_s, max_s=self.max_backoff_s),
             retry=retry_if_exception(_retryable),
             before_sleep=before_retry,
             reraise=True,

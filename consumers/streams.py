@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 from nats.js import JetStreamContext
 from nats.js.api import (
@@ -24,37 +25,39 @@ log = logging.getLogger(__name__)
 
 def stream_configs(settings: Settings, subjects: Subjects) -> list[StreamConfig]:
     """The stream table of docs/protocol.md, built from settings in one place."""
-    common = dict(storage=StorageType.FILE, retention=RetentionPolicy.LIMITS, num_replicas=settings.stream_replicas)
+    # What every stream shares; each one below replaces what is its own.
+    common = StreamConfig(storage=StorageType.FILE, retention=RetentionPolicy.LIMITS,
+                          num_replicas=settings.stream_replicas)
     return [
-        StreamConfig(
+        replace(
+            common,
             name=subjects.inbound_stream,
             subjects=[subjects.inbound_all],
             max_age=settings.inbound_max_age_s,
             duplicate_window=settings.duplicate_window_s,
-            **common,
         ),
-        StreamConfig(
+        replace(
+            common,
             name=subjects.checkpoint_stream,
             subjects=[subjects.checkpoint_all],
             max_msgs_per_subject=settings.checkpoints_per_session,
             discard=DiscardPolicy.OLD,
             allow_direct=True,
-            **common,
         ),
-        StreamConfig(
+        replace(
+            common,
             name=subjects.events_stream,
             subjects=[subjects.events_all],
             max_age=settings.events_max_age_s,
-            **common,
         ),
-        StreamConfig(
+        replace(
+            common,
             name=subjects.outbound_stream,
             subjects=[subjects.outbound_all],
             max_age=settings.outbound_max_age_s,
             duplicate_window=settings.duplicate_window_s,
-            **common,
         ),
-        StreamConfig(name=subjects.dlq_stream, subjects=[subjects.dlq_all], **common),
+        replace(common, name=subjects.dlq_stream, subjects=[subjects.dlq_all]),
     ]
 
 

@@ -16,7 +16,7 @@ def schema_check(schema: dict[str, Any], tool_name: str) -> ArgumentCheck:
     The validator class follows the schema's ``$schema`` (Draft 2020-12 when absent).
     """
     # Imported here: a service without custom tools does not pay for jsonschema at start-up.
-    from jsonschema import exceptions as schema_errors
+    from jsonschema import exceptions as schema_errors  # type: ignore[import-untyped]
     from jsonschema import validators
 
     cls = validators.validator_for(schema, default=validators.Draft202012Validator)

@@ -35,7 +35,7 @@ def load_tools(settings: Settings) -> list[ToolDefinition]:
         found.extend((origin, t) for t in _tools_of(_load(origin, point.load), origin))
     for name in settings.tool_modules:
         origin = f"module {name!r}"
-        module = _load(origin, lambda: importlib.import_module(name))
+        module = _load(origin, lambda name=name: importlib.import_module(name))
         if not hasattr(module, MODULE_ATTRIBUTE):
             raise InvalidInput(f"{origin} has no {MODULE_ATTRIBUTE} attribute (a list of ToolDefinition)")
         found.extend((origin, t) for t in _tools_of(getattr(module, MODULE_ATTRIBUTE), origin))

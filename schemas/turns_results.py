@@ -1,6 +1,6 @@
 """Result models of the turn-area control operations (``result`` of ``{ok: true, result}``).
 
-They describe what ``consumers/ops_turns.py`` answers; ``extra="allow"`` keeps a client
+They describe what ``consumers/turn_operations.py`` answers; ``extra="allow"`` keeps a client
 reading an older schema working when a later version adds a field.
 """
 

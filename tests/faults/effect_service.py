@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-import consumers.wiring
+import consumers.bootstrap
 from consumers.cli import main
 from core.engine.tools import ToolDefinition, ToolRegistry, builtin_registry
 from tests.faults.effect_tool import EFFECT_TOOLS
@@ -15,5 +15,5 @@ def _registry_with_effects(extra: list[ToolDefinition] | None = None) -> ToolReg
 
 
 if __name__ == "__main__":
-    consumers.wiring.builtin_registry = _registry_with_effects
+    consumers.bootstrap.builtin_registry = _registry_with_effects
     sys.exit(main(sys.argv[1:]))

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 from nats.aio.client import Client
 
-from consumers import finisher
+from consumers import message_finisher as finisher
 from consumers.service import TurnstileService
 from consumers.settings import Settings
 from core.engine.state import MAX_EXTERNAL_EVENTS

@@ -180,24 +180,24 @@ async def test_a_reply_about_to_go_out_when_its_session_is_deleted_is_never_sent
 ) -> None:
     # The deletion lands after the turn's post-run generation check, while its reply waits for
     # the checkpoint that holds it: the reply must not be stored after session.deleted.
-    from consumers.turns import TurnRunner
+    from consumers.replies import ReplySender
 
     sid = _sid("late-reply")
     replies = await Collector().attach(nc, subjects.outbound("cli", sid))
     events = await Collector().attach(nc, subjects.events_of(sid))
-    original = TurnRunner._deliver_outputs
+    original = ReplySender.deliver_outputs
     deletions: list[asyncio.Future[Any]] = []
 
-    async def delete_first(self: TurnRunner, *args: Any) -> None:
+    async def delete_first(self: ReplySender, *args: Any) -> int:
         manager = service.manager
         if self.session_id == sid and manager is not None:
             before = manager.generation_of(sid)
             deletions.append(asyncio.ensure_future(manager.delete_session(sid)))
             await wait_for(lambda: manager.generation_of(sid) != before, timeout_s=5, interval_s=0,
                            what="the deletion to change the generation")
-        await original(self, *args)
+        return await original(self, *args)
 
-    monkeypatch.setattr(TurnRunner, "_deliver_outputs", delete_first)
+    monkeypatch.setattr(ReplySender, "deliver_outputs", delete_first)
     await publish_inbound(nc, subjects, inbound(sid, "answer me"))
     await wait_for(lambda: _of(events, "message.dropped"), what="the stale-generation drop")
     assert _of(events, "message.dropped")[0]["reason"] == "stale_generation"

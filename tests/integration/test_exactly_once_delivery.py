@@ -19,7 +19,7 @@ from nats.aio.msg import Msg
 from nats.js.errors import NotFoundError
 from sqlalchemy import select
 
-from consumers import finisher
+from consumers import message_finisher as finisher
 from consumers.service import TurnstileService
 from consumers.settings import Settings
 from core.store.db import create_db_engine

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from types import SimpleNamespace
 
-from consumers.operations import control_operations
+from consumers.catalog import declared_operations
 from consumers.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,7 +20,7 @@ def test_every_setting_is_documented_with_its_variable() -> None:
 
 
 def test_every_control_operation_has_a_section_in_the_protocol() -> None:
-    operations = control_operations(SimpleNamespace(settings=Settings(), manager=None))  # type: ignore[arg-type]
+    operations = declared_operations()
     names = {f"{op.resource}.{op.verb}" for op in operations}
     assert len(names) == len(operations), "an operation is registered twice"
     headings = set(re.findall(r"^#+ (.+)$", PROTOCOL, flags=re.M))

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ["core", "schemas"]
+PACKAGES = ["core", "schemas", "consumers"]
 
 
 def module_name(path: Path) -> str:

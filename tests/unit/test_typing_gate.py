@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ["core", "schemas"]
+PACKAGES = ["core", "schemas", "consumers"]
 
 
 def run_tool(module: str, *args: str) -> subprocess.CompletedProcess[str]:

@@ -14,6 +14,7 @@ paced load (see DESIGN.md, "Known pitfalls").
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable
@@ -23,8 +24,9 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
-from consumers.codec import decode_inbound
+from consumers.backoff import compute_backoff_s
 from consumers.health import ServiceHealth
+from consumers.inbound_decoding import decode_inbound
 from consumers.inbound_pipeline import Handoff, InboundPipeline, InboundRecorder
 from consumers.metrics import Metrics
 from consumers.publisher import Publisher
@@ -38,6 +40,8 @@ log = logging.getLogger(__name__)
 
 STAGE_RETRY_DELAY_S = 1.0
 SILENT_CHECK_EVERY_S = 15.0
+FETCH_RETRY_FIRST_S = 0.5
+FETCH_RETRY_MAX_S = 2.0
 
 __all__ = ["Handoff", "InboundLoop", "InboundRecorder"]
 
@@ -123,6 +127,7 @@ class InboundLoop:
     async def _run(self) -> None:
         psub = await self._bind()
         last_check = time.monotonic()
+        failures = 0  # consecutive failed fetches (connection trouble)
         while not self._stopping.is_set():
             room = self.pipeline.room()
             if not room:  # full, or the store refuses writes: take no new work
@@ -140,17 +145,17 @@ class InboundLoop:
             except Exception as exc:  # connection trouble: back off and bind afresh
                 if self._stopping.is_set():
                     break
-                log.warning("inbound fetch failed (%r); binding afresh", exc)
-                await asyncio.sleep(0.5)
-                try:
+                failures += 1
+                log.warning("inbound fetch failed (%r, %d in a row); binding afresh", exc, failures)
+                await asyncio.sleep(compute_backoff_s(failures, base_s=FETCH_RETRY_FIRST_S, max_s=FETCH_RETRY_MAX_S))
+                with contextlib.suppress(Exception):
                     await psub.unsubscribe()
-                except Exception:
-                    pass
                 try:
                     psub = await self._bind()
                 except Exception as bind_exc:
                     log.warning("rebinding the inbound consumer failed: %r", bind_exc)
                 continue
+            failures = 0
             try:
                 await self.process_batch(msgs)
             except Exception:
@@ -158,10 +163,8 @@ class InboundLoop:
                 for m in msgs:
                     await _quietly(m.nak(delay=STAGE_RETRY_DELAY_S))
             self.batches += 1
-        try:
+        with contextlib.suppress(Exception):
             await psub.unsubscribe()
-        except Exception:
-            pass
 
     async def _rebind_if_silent(
         self, psub: JetStreamContext.PullSubscription
@@ -172,14 +175,11 @@ class InboundLoop:
             return await self._bind()
         except Exception:
             return psub
-        if info.num_pending or info.num_ack_pending:
-            if info.num_pending:
-                log.warning("inbound consumer has %d pending but fetch is silent; binding afresh", info.num_pending)
-                try:
-                    await psub.unsubscribe()
-                except Exception:
-                    pass
-                return await self._bind()
+        if (info.num_pending or info.num_ack_pending) and info.num_pending:
+            log.warning("inbound consumer has %d pending but fetch is silent; binding afresh", info.num_pending)
+            with contextlib.suppress(Exception):
+                await psub.unsubscribe()
+            return await self._bind()
         return psub
 
     async def process_batch(self, msgs: list[Msg]) -> None:

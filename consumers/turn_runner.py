@@ -22,24 +22,26 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 from tenacity import RetryCallState
 
+from consumers.checkpoint_transitions import transition_of
 from consumers.checkpoints import CheckpointChain
-from consumers.delivery import ReplyDelivery
-from consumers.finisher import TurnFinisher
 from consumers.logs import clear_log_context, log_context
+from consumers.message_finisher import TurnFinisher
 from consumers.metrics import Metrics
 from consumers.publisher import Publisher
+from consumers.replies import ItemPublishes, ReplySender, ReplyTarget
 from consumers.retry_policy import OwnershipLost, TurnRetryPolicy
-from consumers.transitions import transition_of
-from consumers.turn_stream import TurnStream
-from consumers.turn_ports import EngineFactory, SessionBook, chat_of, external_id_of, principal_of, turn_usage, work_of
+from consumers.runner_ports import EngineFactory, SessionBook
+from consumers.turn_events import TurnEvents
+from consumers.turn_inputs import chat_of, external_id_of, principal_of, work_of
 from core.engine import FORMAT_VERSION, Session, SessionOptions, TurnExhausted
-from core.engine.snapshot import EncodedSnapshot
 from core.engine.policy import MidTurnAction, MidTurnPolicy, decide_mid_turn
+from core.engine.snapshot import EncodedSnapshot
 from core.errors import Cancelled, CheckpointFailed, StaleGeneration, TurnstileError, Unavailable
 from core.sessions.rules import from_elsewhere
 from core.store.inbox import DROPPED, SqlInbox, StagedMessage
@@ -57,8 +59,21 @@ BARRIER_STEPS = frozenset({"model_response", "tool_call"})
 FALLBACK_SEQ = -1  # the seq of the TURNSTILE_PROVIDER_FAILURE_REPLY reply (never a journal seq)
 _UNMETERED = Metrics()  # for runners built without the service's metrics (tests)
 
+Checkpointer = Callable[[EncodedSnapshot], Awaitable[None]]
 
-class TurnRunner(ReplyDelivery):
+
+@dataclass(frozen=True)
+class TurnResult:
+    """How a turn ended: ``outcome`` (replied, silent, aborted, error), replies delivered, and
+    ``stale`` when its session was deleted meanwhile (nothing was delivered)."""
+
+    outcome: str
+    error: str | None
+    delivered: int = 0
+    stale: bool = False
+
+
+class TurnRunner:
     """Runs the turns and control commands of one session, one item at a time."""
 
     def __init__(
@@ -75,11 +90,12 @@ class TurnRunner(ReplyDelivery):
         still_owner: Callable[[], Awaitable[bool]] | None = None,
         metrics: Metrics | None = None,
         failure_reply: str = "",
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.session_id = session_id
+        self._clock = clock  # wall time of checkpoints and turn ends
         self._metrics = metrics or _UNMETERED
         self._failure_reply = failure_reply
-        self._turn_started_at: float | None = None
         self.received_at: float | None = None  # monotonic time the item in hand was queued (reply latency)
         self._retry = retry or TurnRetryPolicy()
         # "Does this process still own the session?" (the ownership lease); None: always.
@@ -101,9 +117,14 @@ class TurnRunner(ReplyDelivery):
         # Inbound ids this runner finished (delivered): the inbox writes its marks in batches.
         self._finished: deque[str] = deque(maxlen=FINISHED_REMEMBERED)
         # Pipelined publishes (events, replies) of the current message, settled before it is marked done.
-        self._unsettled: list[asyncio.Future[Any]] = []
-        self._behind: list[asyncio.Future[Any]] = []
-        self._usage_reported: dict[str, tuple[int, int]] = {}
+        self._publishes = ItemPublishes()
+        self.replies = ReplySender(
+            session_id, publisher=publisher, book=book, inbox=inbox, checkpoints=self._checkpoints,
+            finished=self._finished, publishes=self._publishes,
+        )
+        self._events = TurnEvents(
+            session_id, book=book, publisher=publisher, metrics=self._metrics, publishes=self._publishes, clock=clock
+        )
         self._finisher = TurnFinisher(session_id, publisher, inbox, self._finished.append)
 
     # -- arrival policy ---------------------------------------------------------------
@@ -170,7 +191,15 @@ class TurnRunner(ReplyDelivery):
 
     @property
     def generation(self) -> int:
+        """The session's current generation (the manager's)."""
         return self._book.generation_of(self.session_id)
+
+    @property
+    def loaded_generation(self) -> int:
+        """The generation of the loaded engine session (after ``load``)."""
+        if self._generation is None:
+            raise RuntimeError(f"session {self.session_id!r} is not loaded")
+        return self._generation
 
     async def load(self, inbound: InboundMessage | None = None) -> Session:
         """The session's engine for the current generation, restored from its last checkpoint."""
@@ -212,7 +241,7 @@ class TurnRunner(ReplyDelivery):
         self._version_seen = 0
         return self._engine
 
-    def checkpointer(self, inbound_id: str | None = None, transition: str | None = None) -> Any:
+    def checkpointer(self, inbound_id: str | None = None, transition: str | None = None) -> Checkpointer:
         """The checkpoint callback: publish each snapshot, fenced on the previous subject sequence."""
 
         async def checkpoint(snapshot: EncodedSnapshot) -> None:
@@ -229,7 +258,7 @@ class TurnRunner(ReplyDelivery):
                 "state_version": snapshot.state_version,
                 "transition": step,
                 "inbound_id": inbound_id,
-                "at": time.time(),
+                "at": self._clock(),
             })
             # Sent now, fenced on the previous checkpoint; its ack is awaited before the next
             # one, a tool call, a reply or the end of the item (consumers/checkpoints.py).
@@ -307,13 +336,15 @@ class TurnRunner(ReplyDelivery):
         answers = None if engine.pending_external_event_id == ext_id else await engine.lookup_external_event(ext_id)
         if answers is not None and answers.answer is not None:
             # KS-14: this event was answered already (durably looked up) — a redelivery or a replay.
-            if await self._answer_was_delivered(answers, inbound):
+            if await self.replies.answer_was_delivered(answers, inbound):
                 await self._drop(staged, inbound, "duplicate", f"event {ext_id!r} was already answered")
                 return
             # Answered before a crash, maybe not delivered: publish what the outbound stream lacks.
             sent: list[asyncio.Future[Any]] = []
             try:
-                await self._deliver_previous(staged, inbound, engine, ext_id, sent, answers)
+                await self.replies.deliver_previous(
+                    ReplyTarget.of(inbound), staged.generation, engine, ext_id, sent, answers
+                )
             except StaleGeneration:  # deleted while this message was being served: SM-22
                 await self._drop(staged, inbound, "stale_generation")
                 return
@@ -347,44 +378,84 @@ class TurnRunner(ReplyDelivery):
             if not began:
                 await self._drop(staged, inbound, "not_staged", "empty input, a completed session or a duplicate")
                 return
-        await self.turn_started(
-            engine, platform=inbound.platform, inbound_id=inbound.id,
-            from_elsewhere=from_elsewhere(inbound, self._book.get_session),
+        result = await self.run_turn(
+            engine, checkpoint, generation=staged.generation, target=ReplyTarget.of(inbound), answers_inbound=True,
+            started={"inbound_id": inbound.id, "from_elsewhere": from_elsewhere(inbound, self._book.get_session)},
+            ended={"inbound_id": inbound.id},
         )
-        try:
-            outcome, error = await self.run(engine, checkpoint)
-        except CheckpointFailed:
-            if self.generation == staged.generation:
-                raise
-            outcome, error = "aborted", None  # its checkpoints were purged by the deletion: refused
-        # SM-21 / SM-22 / MQ-5: deleted while running (or while its replies were going out) →
-        # the turn ends aborted (old generation), no outbound delivery; the events are stored
-        # before the deletion's clear goes on.
-        deleted = self.generation != staged.generation
-        if not deleted and outcome == "replied":
-            try:
-                await self._deliver_outputs(staged, inbound, engine)
-            except StaleGeneration:
-                deleted = True
-        if deleted:
-            await self.turn_ended(engine, "aborted", None, inbound_id=inbound.id)
+        if result.stale:
             await self._drop(staged, inbound, "stale_generation")
-            unsettled, self._unsettled = self._unsettled, []
+            unsettled, _ = self._publishes.take()
             await self._pub.settle(unsettled)
             return
-        if outcome == "replied" and self.received_at is not None:
-            self._metrics.reply_latency.observe(time.monotonic() - self.received_at)
-        elif outcome == "error" and self._failure_reply and (error or "").startswith("provider_error"):
-            # TURNSTILE_PROVIDER_FAILURE_REPLY: the user hears something; seq -1 is never a journal seq.
-            await self._publish_reply(inbound.platform, staged.generation, inbound.id, inbound.external_event_id,
-                                      str(engine.turn_id), FALLBACK_SEQ, self._failure_reply, [])
-        await self.turn_ended(engine, outcome, error, inbound_id=inbound.id)
         await self._checkpoints.settle()
         # The replies and events were pipelined and the bookkeeping writes run behind: the
         # message is finished (inbox mark) once all of them landed, while the actor goes on.
-        unsettled, self._unsettled = self._unsettled, []
-        behind, self._behind = self._behind, []
+        unsettled, behind = self._publishes.take()
         self._spawn_finisher(staged, inbound, engine, unsettled, behind)
+
+    # -- the turn sequence, shared by inbound messages and control-started turns ---------------
+    async def run_turn(
+        self,
+        engine: Session,
+        checkpoint: Checkpointer,
+        *,
+        generation: int,
+        target: ReplyTarget | None,
+        started: dict[str, Any],
+        ended: dict[str, Any],
+        answers_inbound: bool = False,
+        deadline_s: float | None = None,
+        on_started: Callable[[dict[str, Any]], None] | None = None,
+    ) -> TurnResult:
+        """turn.started → run → generation check → deliver to ``target`` → turn.ended.
+
+        ``answers_inbound``: the turn answers an inbound message (its reply latency is metered,
+        a provider failure gets ``TURNSTILE_PROVIDER_FAILURE_REPLY``, its text is streamed).
+        ``deadline_s`` stops the run (``deadline``) after that long. ``on_started`` is told the
+        turn began (a control caller that does not wait is answered then). A turn whose session
+        was deleted meanwhile ends ``aborted`` without delivery (``stale``; SM-21/SM-22/MQ-5).
+        """
+        stream_to = target.platform if answers_inbound and target is not None else None
+        await self._events.started(engine, self._generation, platform=stream_to, **started)
+        if on_started is not None:
+            on_started({"turn_id": engine.turn_id, "status": engine.status})
+        deadline = None
+        if deadline_s is not None:
+            deadline = asyncio.get_running_loop().call_later(deadline_s, self.request_stop, "deadline")
+        try:
+            outcome, error = await self.run(engine, checkpoint)
+        except CheckpointFailed:
+            if self.generation == generation:
+                raise
+            outcome, error = "aborted", None  # its checkpoints were purged by the deletion: refused
+        finally:
+            if deadline is not None:
+                deadline.cancel()
+        # Deleted while running (or while its replies were going out) → the turn ends aborted
+        # (old generation), no outbound delivery; the events are stored before the deletion's
+        # clear goes on.
+        stale = self.generation != generation
+        delivered = 0
+        if not stale and outcome == "replied" and target is not None:
+            try:
+                delivered = await self.replies.deliver_outputs(engine, target, generation)
+            except StaleGeneration:
+                stale = True
+        if stale:
+            await self._events.ended(engine, self._generation, "aborted", None, **ended)
+            return TurnResult("aborted", None, delivered, stale=True)
+        if answers_inbound and outcome == "replied" and self.received_at is not None:
+            self._metrics.reply_latency.observe(time.monotonic() - self.received_at)
+        elif (
+            answers_inbound and target is not None and outcome == "error" and self._failure_reply
+            and (error or "").startswith("provider_error")
+        ):
+            # TURNSTILE_PROVIDER_FAILURE_REPLY: the user hears something; seq -1 is never a journal seq.
+            await self.replies.publish_reply(target, generation, str(engine.turn_id), FALLBACK_SEQ,
+                                             self._failure_reply, [])
+        await self._events.ended(engine, self._generation, outcome, error, **ended)
+        return TurnResult(outcome, error, delivered)
 
     def _spawn_finisher(
         self,
@@ -397,7 +468,7 @@ class TurnRunner(ReplyDelivery):
         ext_id = external_id_of(inbound)
 
         async def republish(sink: list[asyncio.Future[Any]]) -> None:
-            await self._deliver_previous(staged, inbound, engine, ext_id, sink)
+            await self.replies.deliver_previous(ReplyTarget.of(inbound), staged.generation, engine, ext_id, sink)
 
         self._finisher.spawn(staged, unsettled, behind, republish)
 
@@ -409,63 +480,8 @@ class TurnRunner(ReplyDelivery):
         """Wait until every finished turn's publishes and writes have landed (tests, shutdown)."""
         await self._finisher.wait()
 
-    # -- turn steps shared with control commands ------------------------------------------
-    async def turn_started(self, engine: Session, *, platform: str | None = None, **data: Any) -> None:
-        """SM-16 bookkeeping (written behind; the manager's lock keeps the order) and ``turn.started``;
-        with the ``platform`` to answer on, the typing signal and the turn's partial text follow on
-        ``<prefix>.stream.<platform>.<sid>`` (``consumers/turn_stream.py``)."""
-        log_context(turn_id=str(engine.turn_id))
-        self._turn_started_at = time.monotonic()
-        self._behind.append(asyncio.ensure_future(self._book.turn_started(self.session_id)))
-        self._unsettled.append(await self._pub.emit(self.session_id, "turn.started", {
-            **data, "turn_id": engine.turn_id, "mode": engine.state.mode.kind, "generation": self._generation,
-        }))
-        engine.partial_text = None
-        if platform is not None and self._generation is not None:
-            stream = TurnStream(self._pub, platform, self.session_id, self._generation, str(engine.turn_id))
-            engine.partial_text = stream.text
-            await stream.typing(engine.state.rounds_used + 1)
-
-    async def turn_ended(self, engine: Session, outcome: str, error: str | None, **data: Any) -> None:
-        """SM-15 usage, SM-13/14/16 bookkeeping and the ``turn.ended`` event."""
-        if outcome == "replied":
-            await self._complete_child(engine)
-        # Report what this turn used and was not reported yet (a turn can run more than once:
-        # retried after a provider error or the round limit, or resumed after a crash).
-        total_in, total_out = turn_usage(engine)
-        seen_in, seen_out = self._usage_reported.get(str(engine.turn_id), (0, 0))
-        tokens_in, tokens_out = max(total_in - seen_in, 0), max(total_out - seen_out, 0)
-        self._usage_reported[str(engine.turn_id)] = (max(total_in, seen_in), max(total_out, seen_out))
-        while len(self._usage_reported) > FINISHED_REMEMBERED:
-            self._usage_reported.pop(next(iter(self._usage_reported)))
-        self._metrics.turn_ended(outcome, self._turn_started_at, tokens_in, tokens_out)
-        self._turn_started_at = None
-        if outcome == "error":
-            log.warning("session %s: turn %s (inbound %s) failed: %s",
-                        self.session_id, engine.turn_id, data.get("inbound_id") or data.get("trigger"), error)
-        if tokens_in or tokens_out:
-            self._behind.append(asyncio.ensure_future(self._book.add_usage(self.session_id, tokens_in, tokens_out)))
-            self._unsettled.append(
-                await self._pub.emit(self.session_id, "usage", {"input": tokens_in, "output": tokens_out})
-            )
-        self._behind.append(
-            asyncio.ensure_future(self._book.turn_ended(self.session_id, outcome, error, time.time()))
-        )
-        self._unsettled.append(await self._pub.emit(self.session_id, "turn.ended", {
-            **data, "turn_id": engine.turn_id, "outcome": outcome, "error": error, "mode": engine.state.mode.kind,
-            "status": engine.status, "generation": self._generation,
-        }))
-
-    async def _complete_child(self, engine: Session) -> None:
-        """SM-16: a child that finishes a turn with a reply is completed with that reply as its
-        ``result`` before its turn ends (``session.completed`` precedes ``turn.ended``)."""
-        record = self._book.get_session(self.session_id)
-        answers = [out.text for out in engine.turn_outputs if out.text]
-        if record is None or record.parent_id is None or not answers:
-            return
-        await self._book.complete_session(self.session_id, answers[-1])
-
-    async def run(self, engine: Session, checkpoint: Any) -> tuple[str, str | None]:
+    # -- running the pending turn ----------------------------------------------------------
+    async def run(self, engine: Session, checkpoint: Checkpointer) -> tuple[str, str | None]:
         """Run the pending turn; map its result onto (outcome, error)."""
         operation = f"{self.session_id}:{engine.turn_id}:{uuid.uuid4().hex[:8]}"
         self._operation = operation
@@ -491,7 +507,7 @@ class TurnRunner(ReplyDelivery):
             self._operation = None
         return ("replied" if engine.turn_outputs else "silent"), None
 
-    async def _stopped(self, engine: Session, checkpoint: Any) -> tuple[str, str | None]:
+    async def _stopped(self, engine: Session, checkpoint: Checkpointer) -> tuple[str, str | None]:
         """After a cancel: repair orphaned tool calls, user-stop notice, idle (KS-8); a free-time
         slice is finalized (``user-stop`` / ``deadline``, KS-17) and its writes committed (KS-18)."""
         reason = self._stop_reason or "interrupt"
@@ -509,5 +525,5 @@ class TurnRunner(ReplyDelivery):
         data: dict[str, Any] = {"inbound_id": inbound.id, "reason": reason, "generation": staged.generation}
         if detail:
             data["detail"] = detail
-        self._unsettled.append(await self._pub.emit(self.session_id, "message.dropped", data))
+        self._publishes.unsettled.append(await self._pub.emit(self.session_id, "message.dropped", data))
         self._inbox.mark(staged, DROPPED)

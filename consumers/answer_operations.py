@@ -7,28 +7,23 @@ are needed: journal appends are durable when they return.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from consumers.api import Operation
+from consumers.session_opener import SessionOpener
 from core.engine.answers import EVENT_KINDS, EventAnswers
-from core.errors import NotFound, Unavailable
+from core.errors import NotFound
+from core.sessions.manager import SessionManager
 from schemas.turns_control import AnswerLookupOut, AnswerLookupRequest, AnswerReplyOut
 
-if TYPE_CHECKING:
-    from consumers.service import TurnstileService
 
-
-def operations(service: TurnstileService) -> list[Operation]:
-    """The answer-area operations, bound to the running service."""
+def operations(manager: SessionManager, opener: SessionOpener) -> list[Operation]:
+    """The answer-area operations: they read the journal (the opener's) and the manager's generations."""
 
     async def lookup(req: AnswerLookupRequest) -> AnswerLookupOut:
-        if service.engines is None or service.manager is None:
-            raise Unavailable("the service is not running")
         # The current generation's history: an answer given before a deletion of the id is not its answer.
-        entries = await service.engines.journal.entries_for_event(
-            req.session_id, req.external_event_id, EVENT_KINDS, generation=service.manager.generation_of(req.session_id)
+        entries = await opener.journal.entries_for_event(
+            req.session_id, req.external_event_id, EVENT_KINDS, generation=manager.generation_of(req.session_id)
         )
-        if not entries and service.manager.get_session(req.session_id) is None:
+        if not entries and manager.get_session(req.session_id) is None:
             raise NotFound(f"session {req.session_id!r} not found")
         answers = EventAnswers.from_entries(entries)
         replies = [

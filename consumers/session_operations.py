@@ -1,10 +1,11 @@
-"""The control operations the service answers: sessions, memory, take, places, workspaces, platforms.
+"""The session-area control operations: sessions, memory, take, places, workspaces, platforms.
 
 Each operation is a request model from ``schemas.control`` plus a thin call
 into the session manager; results are the ``schemas.control`` result models.
 Refusals are ``TurnstileError``s (``invalid``, ``not_found``, ``conflict``)
 and everything a request can get wrong is checked before anything is written.
-Turn and knowledge operations come from ``consumers.ops_turns`` (another area).
+Turn and knowledge operations are in ``consumers.turn_operations``, ``answer.lookup`` in
+``consumers.answer_operations``; ``consumers.catalog`` binds every area to the parts it uses.
 """
 
 from __future__ import annotations
@@ -12,38 +13,28 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Callable
-from datetime import tzinfo
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from consumers.api import Operation
-from consumers.ops_answers import operations as answer_operations
-from consumers.ops_turns import operations as turn_operations
-from consumers.paging import Page, paginate, reply_budget
-from consumers.settings import service_time_zone
+from consumers.paging import paginate
+from consumers.rendering import Rendering
 from core.errors import InvalidInput, NotFound
-from core.sessions import rules
 from core.sessions.fields import SessionCreation
 from core.sessions.manager import SessionManager
 from core.sessions.platforms import AdapterInstance
-from core.sessions.record_json import place_to_json, record_to_json, workspace_to_json
 from core.sessions.records import (
-    DEFAULT_WORKSPACE_ID,
     DEFAULT_WORKSPACE_KEY,
-    PlaceRecord,
     SessionRecord,
     TakeSettings,
     WorkBinding,
-    WorkspaceRecord,
 )
 from core.sessions.take import Principal
-from core.sessions.text import TextRef
 from schemas.control import (
     AdapterInstanceOut,
     CreationIn,
     DeletedOut,
     GenerationOut,
-    LabelOut,
     MemoryClearOut,
     MemoryClearRequest,
     PageRequest,
@@ -76,46 +67,11 @@ from schemas.control import (
     WorkspaceOut,
     WorkspaceRemovedOut,
 )
-
-if TYPE_CHECKING:
-    from consumers.service import TurnstileService
+from schemas.wire import Page
 
 log = logging.getLogger(__name__)
 
 HISTORY_TYPE = "context"
-
-
-class Rendering:
-    """Turns records into result models, rendering text objects in the service time zone (SM-2)."""
-
-    def __init__(self, tz: tzinfo, room_class_of: Callable[[str], str]) -> None:
-        self._tz = tz
-        self._room_class_of = room_class_of
-
-    def label(self, text: TextRef) -> LabelOut:
-        return LabelOut(source=text.render("en", self._tz), en=text.render("en", self._tz), zh=text.render("zh", self._tz))
-
-    def session(self, record: SessionRecord) -> SessionOut:
-        return SessionOut.model_validate({
-            **record_to_json(record),
-            "label": self.label(rules.session_label(record)),
-            "room_class": self._room_class_of(record.id),
-        })
-
-    def sessions(self, records: list[SessionRecord]) -> list[SessionOut]:
-        return [self.session(r) for r in records]
-
-    def place(self, place: PlaceRecord) -> PlaceOut:
-        return PlaceOut.model_validate({**place_to_json(place), "label": self.label(rules.place_label(place))})
-
-    def workspace(self, workspace: WorkspaceRecord) -> WorkspaceOut:
-        if workspace.name:
-            text = TextRef.literal(workspace.name)
-        elif workspace.id == DEFAULT_WORKSPACE_ID:
-            text = TextRef("place.label.default_workspace")
-        else:
-            text = TextRef.literal(workspace.id)
-        return WorkspaceOut.model_validate({**workspace_to_json(workspace), "label": self.label(text)})
 
 
 def _creation(given: CreationIn | None) -> SessionCreation | None:
@@ -151,28 +107,14 @@ def _creation_order(record: SessionRecord) -> tuple[float, str]:
     return (record.created_at, record.id)
 
 
-def reply_budget_of(service: TurnstileService) -> int:
-    """Bytes of list items one reply may carry: under the connected server's max payload."""
-    broker = service.broker
-    max_payload = broker.connection.max_payload if broker is not None else 1_048_576
-    return reply_budget(max_payload)
+Budget = Callable[[], int]
 
 
-def rendering(service: TurnstileService) -> Rendering:
-    """Result rendering in the service time zone, with SM-9's room class read from the manager."""
-    return Rendering(
-        service_time_zone(service.settings.time_zone),
-        room_class_of=lambda session_id: str(service.manager.room_class(session_id)),
-    )
-
-
-def session_operations(service: TurnstileService) -> list[Operation]:
+def session_operations(manager_: SessionManager, render: Rendering, budget_bytes: Budget) -> list[Operation]:
     """session.*: create, create_child, ensure, get, list, children, update, title, complete, delete, …"""
-    render = rendering(service)
 
     def manager() -> SessionManager:
-        m: SessionManager = service.manager
-        return m
+        return manager_
 
     def existing(session_id: str) -> SessionRecord:
         record = manager().get_session(session_id)
@@ -203,7 +145,7 @@ def session_operations(service: TurnstileService) -> list[Operation]:
     def paged(records: list[SessionRecord], req: PageRequest) -> Page[SessionOut]:
         return paginate(
             records, _creation_order, render.session, limit=req.limit, cursor=req.cursor,
-            budget_bytes=reply_budget_of(service),
+            budget_bytes=budget_bytes(),
         )
 
     async def list_(req: SessionListRequest) -> Page[SessionOut]:
@@ -272,13 +214,13 @@ def session_operations(service: TurnstileService) -> list[Operation]:
     ]
 
 
-def other_operations(service: TurnstileService) -> list[Operation]:
+def other_operations(
+    manager_: SessionManager, render: Rendering, budget_bytes: Budget, clear_history: Callable[[str], Awaitable[bool]]
+) -> list[Operation]:
     """memory.clear, take.check, place.*, workspace.*, platform.*."""
-    render = rendering(service)
 
     def manager() -> SessionManager:
-        m: SessionManager = service.manager
-        return m
+        return manager_
 
     async def memory_clear(req: MemoryClearRequest) -> MemoryClearOut:
         m = manager()
@@ -292,7 +234,7 @@ def other_operations(service: TurnstileService) -> list[Operation]:
             targets = [req.session_id]
             if req.scope == "all":
                 targets += [r.id for r in m.list_sessions() if r.parent_id is None and r.id != req.session_id]
-            cleared = all([await service.clear_history(target) for target in targets])
+            cleared = all([await clear_history(target) for target in targets])
         deleted = await m.memory_clear(req.session_id, req.types, req.scope, history_cleared=cleared)
         return MemoryClearOut(session_id=req.session_id, history_cleared=cleared, deleted=deleted)
 
@@ -318,7 +260,7 @@ def other_operations(service: TurnstileService) -> list[Operation]:
     async def place_list(req: PageRequest) -> Page[PlaceOut]:
         return paginate(
             manager().list_places(), lambda p: (p.key != DEFAULT_WORKSPACE_KEY, p.key), render.place,
-            limit=req.limit, cursor=req.cursor, budget_bytes=reply_budget_of(service),
+            limit=req.limit, cursor=req.cursor, budget_bytes=budget_bytes(),
         )
 
     async def place_update(req: PlaceUpdateRequest) -> PlaceOut:
@@ -332,7 +274,7 @@ def other_operations(service: TurnstileService) -> list[Operation]:
     async def workspace_list(req: PageRequest) -> Page[WorkspaceOut]:
         return paginate(
             manager().list_workspaces(), lambda w: (w.position, w.id), render.workspace,
-            limit=req.limit, cursor=req.cursor, budget_bytes=reply_budget_of(service),
+            limit=req.limit, cursor=req.cursor, budget_bytes=budget_bytes(),
         )
 
     async def workspace_remove(req: WorkspaceIdRequest) -> WorkspaceRemovedOut:
@@ -359,7 +301,7 @@ def other_operations(service: TurnstileService) -> list[Operation]:
     async def platform_list(req: PageRequest) -> Page[AdapterInstanceOut]:
         return paginate(
             manager().registry.instances(), lambda i: (i.instance_id,), _instance_out,
-            limit=req.limit, cursor=req.cursor, budget_bytes=reply_budget_of(service),
+            limit=req.limit, cursor=req.cursor, budget_bytes=budget_bytes(),
         )
 
     return [
@@ -383,16 +325,3 @@ def _binder(resource: str) -> Callable[..., Operation]:
         return Operation(resource, verb, request, call, summary)
 
     return bind
-
-
-def control_operations(service: TurnstileService) -> list[Operation]:
-    """Every control operation of the service, bound to its running parts."""
-    own = [*session_operations(service), *other_operations(service)]
-    names = {(op.resource, op.verb) for op in own}
-    extra = []
-    for op in [*turn_operations(service), *answer_operations(service)]:
-        if (op.resource, op.verb) in names:
-            raise RuntimeError(f"control operation {op.resource}.{op.verb} is defined twice")
-        names.add((op.resource, op.verb))
-        extra.append(op)
-    return [*own, *extra]

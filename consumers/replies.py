@@ -1,4 +1,4 @@
-"""Delivering a turn's replies (mixed into ``TurnRunner``).
+"""Delivering a turn's replies: ``ReplySender``, one per session runner, given its state.
 
 Replies go to ``<prefix>.outbound.<platform>.<sid>`` with ``Nats-Msg-Id`` =
 ``<sid>:<turn_id>:<seq>``, pipelined; a new answer waits for the checkpoint that holds
@@ -12,32 +12,73 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from dataclasses import dataclass, field
 from typing import Any
 
 from consumers.checkpoints import CheckpointChain
 from consumers.outbound_ledger import stored_reply_seqs
 from consumers.publisher import Publisher
-from consumers.turn_ports import SessionBook
+from consumers.runner_ports import SessionBook
 from core.engine import Session
 from core.engine.answers import EventAnswers
 from core.errors import StaleGeneration
-from core.store.inbox import DONE, SqlInbox, StagedMessage
+from core.store.inbox import DONE, SqlInbox
 from schemas.wire import InboundMessage, OutboundReply
 
+Pending = list[asyncio.Future[Any]]
 
-class ReplyDelivery:
-    """Reply publishing for one session's runner; the runner owns the state used here."""
 
-    session_id: str
-    _pub: Publisher
-    _book: SessionBook
-    _inbox: SqlInbox
-    _checkpoints: CheckpointChain
-    _finished: deque[str]
-    _unsettled: list[asyncio.Future[Any]]
-    _generation: int | None
+@dataclass
+class ItemPublishes:
+    """What the item in hand sent without waiting: broker acks (``unsettled``) and bookkeeping
+    writes (``behind``); both land before the item is marked done."""
 
-    async def _answer_was_delivered(self, answers: EventAnswers, inbound: InboundMessage) -> bool:
+    unsettled: Pending = field(default_factory=list)
+    behind: Pending = field(default_factory=list)
+
+    def take(self) -> tuple[Pending, Pending]:
+        """Hand over what is pending and start empty."""
+        unsettled, behind = self.unsettled, self.behind
+        self.unsettled, self.behind = [], []
+        return unsettled, behind
+
+
+@dataclass(frozen=True)
+class ReplyTarget:
+    """Where a turn's replies go: the platform's outbound subject, answering ``reply_to``."""
+
+    platform: str
+    reply_to: str
+    external_event_id: str | None = None
+
+    @classmethod
+    def of(cls, inbound: InboundMessage) -> ReplyTarget:
+        return cls(inbound.platform, inbound.id, inbound.external_event_id)
+
+
+class ReplySender:
+    """Publishes one session's replies, fenced on its generation at the last moment (SM-22)."""
+
+    def __init__(
+        self,
+        session_id: str,
+        *,
+        publisher: Publisher,
+        book: SessionBook,
+        inbox: SqlInbox,
+        checkpoints: CheckpointChain,
+        finished: deque[str],
+        publishes: ItemPublishes,
+    ) -> None:
+        self.session_id = session_id
+        self._pub = publisher
+        self._book = book
+        self._inbox = inbox
+        self._checkpoints = checkpoints
+        self._finished = finished
+        self._publishes = publishes
+
+    async def answer_was_delivered(self, answers: EventAnswers, inbound: InboundMessage) -> bool:
         """True when the message that began the answering turn is another one that is finished:
         marked done in the inbox, or no longer there (the inbox prunes finished rows only)."""
         original = answers.answering_inbound_id
@@ -47,28 +88,19 @@ class ReplyDelivery:
             return True
         return await self._inbox.status_of(inbound.platform, original) in (DONE, None)
 
-    async def _deliver_outputs(self, staged: StagedMessage, inbound: InboundMessage, engine: Session) -> None:
-        await self.deliver_outputs(engine, inbound.platform, inbound.id, inbound.external_event_id, staged.generation)
-
-    async def deliver_outputs(
-        self, engine: Session, platform: str, reply_to: str, external_event_id: str | None = None,
-        generation: int | None = None,
-    ) -> int:
+    async def deliver_outputs(self, engine: Session, target: ReplyTarget, generation: int) -> int:
         """Publish the turn's outputs (answer, reply texts, objects) in order; returns how many."""
-        gen = self._generation if generation is None else generation
-        assert gen is not None
         outputs = engine.turn_outputs
         for out in outputs:
             objects: list[dict[str, Any]] = []
             if out.kind == "object":
                 objects.append({"object_id": out.object_id, "file_name": out.file_name, "media_type": out.media_type})
-            await self._publish_reply(platform, gen, reply_to, external_event_id, str(engine.turn_id), out.seq,
-                                      out.text or "", objects)
+            await self.publish_reply(target, generation, str(engine.turn_id), out.seq, out.text or "", objects)
         return len(outputs)
 
-    async def _deliver_previous(
-        self, staged: StagedMessage, inbound: InboundMessage, engine: Session, ext_id: str,
-        sink: list[asyncio.Future[Any]] | None = None, answers: EventAnswers | None = None,
+    async def deliver_previous(
+        self, target: ReplyTarget, generation: int, engine: Session, ext_id: str,
+        sink: Pending, answers: EventAnswers | None = None,
     ) -> None:
         """Publish again what the outbound stream does not hold of the event's answer.
 
@@ -82,7 +114,7 @@ class ReplyDelivery:
         for resp in answers.responses:
             if resp.get("terminal"):
                 by_turn.setdefault(str(resp.get("turn_id") or engine.turn_id), []).append(resp)
-        subject = self._pub.subjects.outbound(inbound.platform, self.session_id)
+        subject = self._pub.subjects.outbound(target.platform, self.session_id)
         for turn_id, replies in by_turn.items():
             times = [str(r["at"]) for r in replies if r.get("at")]
             since = min(times) if len(times) == len(replies) else None  # else: read from the stream's start
@@ -93,13 +125,14 @@ class ReplyDelivery:
                 if int(resp["seq"]) in stored:
                     continue
                 objects = [{"object_id": resp["object_id"]}] if resp.get("object_id") else []
-                await self._publish_reply(inbound.platform, staged.generation, inbound.id, inbound.external_event_id,
-                                          turn_id, int(resp["seq"]), str(resp.get("text") or ""), objects, sink)
+                await self.publish_reply(target, generation, turn_id, int(resp["seq"]),
+                                         str(resp.get("text") or ""), objects, sink)
 
-    async def _publish_reply(
-        self, platform: str, generation: int, reply_to: str, external_event_id: str | None, turn_id: str, seq: int,
-        text: str, objects: list[dict[str, Any]], sink: list[asyncio.Future[Any]] | None = None,
+    async def publish_reply(
+        self, target: ReplyTarget, generation: int, turn_id: str, seq: int,
+        text: str, objects: list[dict[str, Any]], sink: Pending | None = None,
     ) -> None:
+        """One reply; a new answer (no ``sink``) waits for the checkpoint that holds it."""
         if sink is None:  # a new answer: the checkpoint holding it is stored before the reply goes out
             await self._checkpoints.settle()
         reply = OutboundReply(
@@ -107,8 +140,8 @@ class ReplyDelivery:
             generation=generation,
             turn_id=turn_id,
             seq=seq,
-            reply_to=reply_to,
-            external_event_id=external_event_id,
+            reply_to=target.reply_to,
+            external_event_id=target.external_event_id,
             text=text,
             objects=objects,
         )
@@ -117,5 +150,4 @@ class ReplyDelivery:
         # session.deleted — so a reply either precedes its session's deletion or is never sent.
         if self._book.generation_of(self.session_id) != generation:
             raise StaleGeneration(f"session {self.session_id!r} was deleted; its reply is not sent")
-        (self._unsettled if sink is None else sink).append(await self._pub.outbound(platform, reply))
-
+        (self._publishes.unsettled if sink is None else sink).append(await self._pub.outbound(target.platform, reply))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from consumers.transitions import transition_of
+from consumers.checkpoint_transitions import transition_of
 from core.engine.snapshot import EncodedSnapshot
 
 

@@ -8,25 +8,29 @@ The knowledge operations read the committed store only and need no actor.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from consumers.actors import ActorRegistry, Reply
 from consumers.api import Operation
-from consumers.turns import TurnRunner
+from consumers.replies import ReplyTarget
+from consumers.session_opener import SessionOpener
+from consumers.turn_runner import TurnRunner
 from core.engine import AgentMode, Session, SessionOptions, ingress_options
-from core.errors import Conflict, InvalidInput, NotFound, TooLarge, Unavailable
+from core.errors import Conflict, InvalidInput, NotFound, TooLarge
+from core.sessions.manager import SessionManager
+from core.store.knowledge_repo import SqlKnowledgeStore
 from schemas.turns_control import (
     FreeTimeRequest,
     GroupContextRequest,
     IngressRequest,
     InterruptRequest,
-    RetryRequest,
     KnowledgeGetRequest,
     KnowledgeListRequest,
     ModeTurnRequest,
     ObjectResolveRequest,
+    RetryRequest,
     WakeupRequest,
 )
 from schemas.turns_results import (
@@ -40,18 +44,14 @@ from schemas.turns_results import (
     RetryOut,
 )
 
-if TYPE_CHECKING:
-    from consumers.actors import ActorRegistry, Reply
-    from consumers.service import TurnstileService
-
 MAX_RESOLVED_BYTES = 512 * 1024  # base64 of it must fit a default 1 MiB NATS reply
 
 Stage = Callable[[Session, Any], Awaitable[bool]]
 
 
-def operations(service: TurnstileService) -> list[Operation]:
-    """The turn-area operations, bound to the running service."""
-    ops = TurnOperations(service)
+def operations(actors: ActorRegistry, manager: SessionManager, opener: SessionOpener) -> list[Operation]:
+    """The turn-area operations: commands run in the sessions' actors, knowledge read from the opener's store."""
+    ops = TurnOperations(actors, manager, opener)
     return [
         Operation("session", "interrupt", InterruptRequest, ops.interrupt, "stop the session's running turn",
                   InterruptOut),
@@ -83,26 +83,23 @@ def _mode_options(req: ModeTurnRequest, mode: AgentMode, channel: dict[str, Any]
 class TurnOperations:
     """The implementations; each engine-touching one is a command run inside the session's actor."""
 
-    def __init__(self, service: TurnstileService) -> None:
-        self._service = service
+    def __init__(self, actors: ActorRegistry, manager: SessionManager, opener: SessionOpener) -> None:
+        self._actors_ = actors
+        self._manager = manager
+        self._opener = opener
 
     def _actors(self) -> ActorRegistry:
-        actors = self._service.actors
-        if actors is None:
-            raise Unavailable("the service is not running")
-        return actors
+        return self._actors_
 
     def _known(self, session_id: str) -> bool:
-        manager = self._service.manager
-        return manager is not None and manager.get_session(session_id) is not None
+        return self._manager.get_session(session_id) is not None
 
     async def _file(self, session_id: str) -> None:
         """File a mode turn's session by id once its opening is staged (kind ``owner``, no origin,
         like the seed's ensureSession for scheduled targets), so its status, tokens and last turn
         are kept (SM-13..16) and it is listed and deleted like any other session."""
-        manager = self._service.manager
-        if manager is not None and manager.get_session(session_id) is None:
-            await manager.ensure_session(session_id)
+        if self._manager.get_session(session_id) is None:
+            await self._manager.ensure_session(session_id)
 
     # -- session.interrupt ------------------------------------------------------------
     async def interrupt(self, req: InterruptRequest) -> Any:
@@ -145,16 +142,15 @@ class TurnOperations:
             # KS-9: only an exhausted ordinary conversation can be reset.
             if not await engine.reset_exhausted_turn_rounds_for_retry(checkpoint=checkpoint):
                 raise Conflict(f"session {sid!r} has no exhausted conversation turn to retry ({engine.status})")
-            await runner.turn_started(engine, trigger="turn.retry")
-            outcome, error = await runner.run(engine, checkpoint)
-            delivered = 0
-            if req.platform and outcome == "replied":
-                delivered = await runner.deliver_outputs(
-                    engine, req.platform, req.reply_to or str(engine.turn_id), engine.state.turn.external_event_id
-                )
-            await runner.turn_ended(engine, outcome, error, trigger="turn.retry")
-            return {"session_id": sid, "turn_id": engine.turn_id, "outcome": outcome, "error": error,
-                    "status": engine.status, "delivered": delivered}
+            target = None
+            if req.platform:
+                target = ReplyTarget(req.platform, req.reply_to or str(engine.turn_id),
+                                     engine.state.turn.external_event_id)
+            trigger = {"trigger": "turn.retry"}
+            result = await runner.run_turn(engine, checkpoint, generation=runner.loaded_generation, target=target,
+                                           started=trigger, ended=trigger)
+            return {"session_id": sid, "turn_id": engine.turn_id, "outcome": result.outcome, "error": result.error,
+                    "status": engine.status, "delivered": result.delivered}
 
         return await self._actors().call(sid, "turn.retry", command)
 
@@ -264,22 +260,20 @@ class TurnOperations:
                     runner.unload()
                     raise Conflict(f"the {kind} opening of {sid!r} was not staged")
                 await self._file(sid)
-            await runner.turn_started(engine, trigger=f"turn.{kind}")
-            started = {"session_id": sid, "mode": kind, "turn_id": engine.turn_id, "status": engine.status}
-            if not wait:
-                reply(started)
-            deadline = None
-            if deadline_s is not None:
-                deadline = asyncio.get_running_loop().call_later(deadline_s, runner.request_stop, "deadline")
-            try:
-                outcome, error = await runner.run(engine, runner.checkpointer(None))
-            finally:
-                if deadline is not None:
-                    deadline.cancel()
-            delivered = 0
-            if platform and outcome == "replied":
-                delivered = await runner.deliver_outputs(engine, platform, str(engine.turn_id))
-            await runner.turn_ended(engine, outcome, error, trigger=f"turn.{kind}")
+            started = {"session_id": sid, "mode": kind}
+            target = ReplyTarget(platform, str(engine.turn_id)) if platform else None
+
+            def answer_now(turn: dict[str, Any]) -> None:
+                started.update(turn)
+                if not wait:
+                    reply(dict(started))
+
+            trigger = {"trigger": f"turn.{kind}"}
+            result = await runner.run_turn(
+                engine, runner.checkpointer(None), generation=runner.loaded_generation, target=target,
+                started=trigger, ended=trigger, deadline_s=deadline_s, on_started=answer_now,
+            )
+            outcome, error, delivered = result.outcome, result.error, result.delivered
             commit = engine.state.commit
             return {
                 **started, "outcome": outcome, "error": error, "status": engine.status,
@@ -307,11 +301,8 @@ class TurnOperations:
         return await self._actors().call(req.session_id, "object.resolve", command)
 
     # -- knowledge.* ----------------------------------------------------------------------------
-    def _knowledge(self) -> Any:
-        engines = self._service.engines
-        if engines is None:
-            raise Unavailable("the service is not running")
-        return engines.knowledge
+    def _knowledge(self) -> SqlKnowledgeStore:
+        return self._opener.knowledge
 
     async def knowledge_get(self, req: KnowledgeGetRequest) -> Any:
         store = self._knowledge()

@@ -16,6 +16,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from consumers.backoff import compute_backoff_s
 from consumers.publisher import Publisher
 from core.store.inbox import DONE, SqlInbox, StagedMessage
 
@@ -64,7 +65,9 @@ class TurnFinisher:
                 return
             log.warning("session %s: replies or events of %s not acknowledged (attempt %d); republishing",
                         self._session_id, staged.message_id, attempt + 1)
-            await asyncio.sleep(RETRY_BASE_DELAY_S * 2**attempt)
+            # Doubling from the base; the cap is never reached within RETRY_ATTEMPTS.
+            delay_s = compute_backoff_s(attempt + 1, base_s=RETRY_BASE_DELAY_S, max_s=RETRY_BASE_DELAY_S * 2**RETRY_ATTEMPTS)
+            await asyncio.sleep(delay_s)
             unsettled = []
             try:
                 await republish(unsettled)

@@ -1,46 +1,15 @@
-"""The ports a session's TurnRunner talks through, and small helpers shared with the control ops."""
+"""What a turn reads of its inbound message, its session's records and its transcript."""
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
 
-from core.engine import Session, SessionOptions
+from consumers.runner_ports import SessionBook
+from core.engine import Session
 from core.engine.options import WorkBinding
 from core.sessions.rules import root_of
-from core.sessions.records import OriginChat, SessionRecord
 from core.sessions.take import Principal
 from schemas.wire import InboundMessage
-
-
-class EngineFactory(Protocol):
-    """Opens engine sessions, fresh or from a checkpoint snapshot."""
-
-    async def open(
-        self, session_id: str, restored: dict[str, Any] | None, *, generation: int,
-        options: SessionOptions | None = None, chat: dict[str, Any] | None = None, new: bool = False,
-    ) -> Session: ...
-
-    def take_new(self, session_id: str) -> bool: ...
-
-    async def clear(self, session_id: str, *, before_generation: int | None = None) -> None: ...
-
-
-class SessionBook(Protocol):
-    """What the runner needs from the session manager (turn bookkeeping, generations)."""
-
-    def generation_of(self, session_id: str) -> int: ...
-
-    def get_session(self, session_id: str) -> SessionRecord | None: ...
-
-    def origin_chat_of(self, session_id: str) -> OriginChat | None: ...
-
-    async def complete_session(self, session_id: str, result: str | None = None) -> Any: ...
-
-    async def turn_started(self, session_id: str) -> Any: ...
-
-    async def turn_ended(self, session_id: str, outcome: str, error: str | None, ended_at: float) -> Any: ...
-
-    async def add_usage(self, session_id: str, input_tokens: int, output_tokens: int) -> Any: ...
 
 
 def external_id_of(inbound: InboundMessage) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from consumers.codec import decode_inbound
+from consumers.inbound_decoding import decode_inbound
 from schemas.wire import ErrorBody, InboundMessage
 
 PREFIX = "turnstile"

@@ -1,0 +1,39 @@
+"""The ports a session's TurnRunner talks through: the engine-session opener and the session manager."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from core.engine import Session, SessionOptions
+from core.sessions.records import OriginChat, SessionRecord
+
+
+class EngineFactory(Protocol):
+    """Opens engine sessions, fresh or from a checkpoint snapshot."""
+
+    async def open(
+        self, session_id: str, restored: dict[str, Any] | None, *, generation: int,
+        options: SessionOptions | None = None, chat: dict[str, Any] | None = None, new: bool = False,
+    ) -> Session: ...
+
+    def take_new(self, session_id: str) -> bool: ...
+
+    async def clear(self, session_id: str, *, before_generation: int | None = None) -> None: ...
+
+
+class SessionBook(Protocol):
+    """What the runner needs from the session manager (turn bookkeeping, generations)."""
+
+    def generation_of(self, session_id: str) -> int: ...
+
+    def get_session(self, session_id: str) -> SessionRecord | None: ...
+
+    async def complete_session(self, session_id: str, result: str | None = None) -> Any: ...
+
+    async def turn_started(self, session_id: str) -> Any: ...
+
+    async def turn_ended(self, session_id: str, outcome: str, error: str | None, ended_at: float) -> Any: ...
+
+    async def add_usage(self, session_id: str, input_tokens: int, output_tokens: int) -> Any: ...
+
+    def origin_chat_of(self, session_id: str) -> OriginChat | None: ...

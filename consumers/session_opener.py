@@ -1,0 +1,150 @@
+"""SessionOpener: opens engine sessions over the shared journal, knowledge store, provider, tools and
+file leases (one per process, built by ``consumers/bootstrap.py``)."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+from consumers.mcp_tools import McpToolServers
+from consumers.settings import Settings, secret_value
+from core.engine import (
+    JournalHistoryReader,
+    JournalOfGeneration,
+    RuntimeModel,
+    Session,
+    SessionOptions,
+    TakePolicy,
+    ToolRegistry,
+)
+from core.errors import InvalidInput
+from core.providers.base import Provider
+from core.store.journal_repo import SqlHistoryJournal
+from core.store.knowledge_repo import SqlKnowledgeStore
+from core.store.lease_repo import SqlFileLeases
+
+MAX_NEW_REMEMBERED = 100_000  # sessions created and not opened yet (see SessionOpener.mark_new)
+
+
+def build_provider(settings: Settings) -> Provider:
+    """The model provider the settings name (``scripted`` | ``openai``)."""
+    if settings.provider == "scripted":
+        from core.providers.scripted import ScriptedProvider
+
+        return ScriptedProvider(directives=settings.scripted_directives)
+    if settings.provider == "openai":
+        from core.providers.openai_chat import OpenAIChatProvider
+
+        return OpenAIChatProvider(
+            settings.openai_base_url, secret_value(settings.openai_api_key), timeout_s=settings.provider_timeout_s,
+            stream=settings.openai_stream,
+        )
+    raise InvalidInput(f"unknown provider {settings.provider!r} (scripted | openai)")
+
+
+class SessionOpener:
+    """Opens engine sessions, fresh or from a checkpoint snapshot, over the process's shared parts.
+
+    ``tools`` is one registry shared by every session of the process (tests may register
+    extra tools on it before the first turn). ``generation_of`` answers an id's current
+    generation (the manager's): another session's history is read from that generation only.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        journal: SqlHistoryJournal,
+        knowledge: SqlKnowledgeStore,
+        provider: Provider,
+        tools: ToolRegistry,
+        tool_servers: McpToolServers,
+        leases: SqlFileLeases,
+        take_policy: TakePolicy,
+        generation_of: Callable[[str], int],
+    ) -> None:
+        self._system_prompt = settings.system_prompt
+        # Sessions this process created (record_inbound) and has not opened yet: they have no
+        # journal and no checkpoint of their generation, so opening them reads neither.
+        self._new: OrderedDict[str, None] = OrderedDict()
+        self.journal = journal
+        self.knowledge = knowledge
+        self.provider = provider
+        self.tools = tools  # custom tools: docs/agent-developers.md
+        self.tool_servers = tool_servers
+        self.leases = leases
+        self.take_policy = take_policy
+        self._generation_of = generation_of
+        self.runtime = RuntimeModel(
+            model=settings.model,
+            reasoning_effort=settings.reasoning_effort,
+            context_window_tokens=settings.context_window_tokens,
+        )
+
+    async def open_tool_servers(self) -> None:
+        """Start the MCP tool servers and register their tools (before the first turn)."""
+        for tool in await self.tool_servers.start():
+            self.tools.register(tool)
+
+    def options_for(self, session_id: str, chat: dict[str, Any] | None = None) -> SessionOptions:
+        """A conversation; its channel carries the chat scope, so a multi-party chat is a group (KS-15)."""
+        options = SessionOptions.conversation("conversation", roots=[])
+        if chat:
+            options = options.with_changes(channel={"chat": dict(chat)})
+        return options
+
+    def mark_new(self, session_id: str) -> None:
+        """``session_id`` was just created by this process: nothing of it is stored yet."""
+        self._new[session_id] = None
+        while len(self._new) > MAX_NEW_REMEMBERED:
+            self._new.popitem(last=False)  # forgetting only costs that session a full load
+
+    def take_new(self, session_id: str) -> bool:
+        """True once for a session ``mark_new`` saw and nothing opened since."""
+        if session_id not in self._new:
+            return False
+        del self._new[session_id]
+        return True
+
+    async def open(
+        self, session_id: str, restored: dict[str, Any] | None, *, generation: int,
+        options: SessionOptions | None = None, chat: dict[str, Any] | None = None, new: bool = False,
+    ) -> Session:
+        """Open ``generation`` of ``session_id``; ``restored`` (a snapshot) wins over ``options``.
+
+        The session reads and writes only that generation's journal rows, also after its id
+        was deleted (SM-21/SM-22: a late write never reaches the next generation).
+        ``new``: the session was created by this process a moment ago (``take_new``), so its
+        journal is known to be empty and is not read.
+        """
+        return await Session.open(
+            session_id=session_id,
+            system_prompt=self._system_prompt,
+            runtime=self.runtime,
+            options=options or self.options_for(session_id, chat),
+            journal=JournalOfGeneration(self.journal, lambda _session_id: generation),
+            provider=self.provider,
+            tools=self.tools,
+            knowledge=self.knowledge,
+            restored=restored,
+            take_policy=self.take_policy,
+            history_reader=JournalHistoryReader(JournalOfGeneration(self.journal, self._generation_of)),
+            leases=self.leases,
+            journal_empty=new,
+        )
+
+    async def clear(self, session_id: str, *, before_generation: int | None = None) -> None:
+        """Delete the history of generations older than ``before_generation`` (None: all of it)."""
+        await self.journal.clear(session_id, before_generation=before_generation)
+
+    async def clear_stale(self) -> int:
+        """Start-up: delete journal rows of ids without a record or of superseded generations."""
+        return await self.journal.clear_stale()
+
+    async def close(self) -> None:
+        await self.tool_servers.close()
+        await self.journal.aclose()
+        close = getattr(self.provider, "aclose", None)
+        if close is not None:
+            await close()
