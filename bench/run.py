@@ -186,7 +186,7 @@ def finish(result: dict[str, Any], profile: Profile, phases: tuple[str, ...] = P
         "baseline_rss_mb": (bl_top.get("rss_bytes") or 0) / 1e6 or None,
         "langgraph_rss_mb": (lg_top.get("rss_bytes") or 0) / 1e6 or None,
     }
-    targets = report.evaluate_targets(result) if {"load", "turns20", "growth"} & set(phases) else []
+    targets = report.evaluate_targets(result, phases) if {"load", "turns20", "growth"} & set(phases) else []
     if "hol" in phases:
         targets += report.hol_targets(result)
     result["targets"] = targets
@@ -228,7 +228,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "var" / "bench")
     parser.add_argument("--nats-conf", type=Path, default=ROOT / "nats.conf", help="nats-server config (default: the repo's)")
     parser.add_argument("--keep-work", action="store_true", help="keep the temporary nats store, databases and logs")
-    parser.add_argument("--max-minutes", type=float, default=None, help="abort the run after this (default: 4 quick, 15 full)")
+    parser.add_argument("--max-minutes", type=float, default=None, help="abort the run after this (default: 6 quick, 30 full)")
     parser.add_argument(
         "--only", default=",".join(PHASES), help=f"comma-separated phases to run, of {','.join(PHASES)} (default: all)"
     )
@@ -241,7 +241,7 @@ def main() -> None:
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     work = args.out / f"work-{stamp}"
     work.mkdir(parents=True, exist_ok=True)
-    max_s = 60 * (args.max_minutes or (4 if profile.name == "quick" else 15))
+    max_s = 60 * (args.max_minutes or (6 if profile.name == "quick" else 30))
     t0 = time.monotonic()
     result = new_result(profile, args.nats_conf)
     try:
