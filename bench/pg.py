@@ -36,6 +36,19 @@ async def database_bytes(database: str) -> int:
         await conn.close()
 
 
+async def commits(database: str) -> int:
+    """Transactions committed in a database (``pg_stat_database.xact_commit``).
+
+    Read after the measured process has closed its connections (a backend flushes its
+    counters when it disconnects); the reading connection adds a few of its own.
+    """
+    conn = await asyncpg.connect(pg_url(database), timeout=10)
+    try:
+        return int(await conn.fetchval("SELECT xact_commit FROM pg_stat_database WHERE datname = $1", database))
+    finally:
+        await conn.close()
+
+
 @asynccontextmanager
 async def fresh_database(tag: str) -> AsyncIterator[str]:
     """An empty database named ``bench_<tag>_<hex>``, dropped (forcibly) on exit; yields its name."""

@@ -219,6 +219,12 @@ def table(result: dict[str, Any]) -> str:
             f" {_fmt(_get(p, 'latency', 'max_ms'), 2):>8} {str(p.get('answered', '—')) + '/' + str(p.get('sent', '—')):>9}"
             f" | {_fmt(rss / 1e6 if rss else None):>7}"
         )
+    pg = [r for r in result["load"] if r.get("pg_commits_per_msg") is not None]
+    if pg:
+        lines.append(
+            "PostgreSQL commits per message answered (pg_stat_database, set-up included): "
+            + ", ".join(f"{r['worker']} @ {r['sessions']:,} {r['pg_commits_per_msg']:.2f}" for r in pg)
+        )
     lines.append("")
     ts20 = result.get("turns20", {}).get("turnstile") or {}
     lg20 = result.get("turns20", {}).get("langgraph") or {}

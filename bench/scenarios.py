@@ -17,7 +17,7 @@ from bench.baseline import baseline_settings
 from bench.common import Child, LatencyStats, ProcessMeter, delete_streams, file_bytes, stream_states, wait_until
 from bench.driver import Driver, Meters, StoredBytesCounter, message_plan, session_ids
 from bench.langgraph_nats_peer import peer_settings
-from bench.pg import database_bytes, fresh_database, pg_url
+from bench.pg import commits, database_bytes, fresh_database, pg_url
 from bench.profiles import Profile
 from bench.shape import PublishShape, StreamShape, measure_shape
 from bench.turnstile_load import ServiceConfig, new_prefix, start_baseline, start_peer, start_service
@@ -83,7 +83,9 @@ async def turnstile_load(ctx: BenchContext, sessions: int, turn: str, store: str
     """
     if store == "postgres":
         async with fresh_database("ts") as name:
-            return await _turnstile_load(ctx, sessions, turn, {"TURNSTILE_DATABASE_URL": pg_url(name, "postgresql+asyncpg")})
+            out = await _turnstile_load(ctx, sessions, turn, {"TURNSTILE_DATABASE_URL": pg_url(name, "postgresql+asyncpg")})
+            await _count_commits(out, name)
+            return out
     return await _turnstile_load(ctx, sessions, turn, None)
 
 
@@ -194,6 +196,16 @@ async def baseline_load(
 PEER = "lg+nats/pg"  # the fair peer's worker name in the rows
 
 
+async def _count_commits(out: dict[str, Any], database: str) -> None:
+    """PostgreSQL commits of a finished row per message answered (drain + paced; set-up included)."""
+    answered = (out.get("drain") or {}).get("answered", 0) + (out.get("paced") or {}).get("answered", 0)
+    try:
+        out["pg_commits_per_msg"] = await commits(database) / max(answered, 1)
+    except Exception as exc:  # a figure missing, not a row lost
+        ctx_note = f"commit count of {database}: {exc!r}"
+        out.setdefault("notes", []).append(ctx_note)
+
+
 async def peer_load(ctx: BenchContext, sessions: int) -> dict[str, Any]:
     """The fair peer (nats-py + LangGraph + PostgreSQL checkpointer): the same drain and paced phases."""
     p = ctx.profile
@@ -219,9 +231,10 @@ async def peer_load(ctx: BenchContext, sessions: int) -> dict[str, Any]:
             )
             out["paced"] = paced.as_dict()
             out["rss_bytes"] = child.meter.rss_bytes()
-            out["db_bytes"] = await database_bytes(name)
             await child.stop()
             child = None
+            out["db_bytes"] = await database_bytes(name)
+            await _count_commits(out, name)
     except Exception as exc:
         out.update(_phase_error(ctx, f"fair peer at {sessions} sessions", exc))
         if child is not None:
