@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -202,8 +203,7 @@ async def _count_commits(out: dict[str, Any], database: str) -> None:
     try:
         out["pg_commits_per_msg"] = await commits(database) / max(answered, 1)
     except Exception as exc:  # a figure missing, not a row lost
-        ctx_note = f"commit count of {database}: {exc!r}"
-        out.setdefault("notes", []).append(ctx_note)
+        out.setdefault("notes", []).append(f"commit count of {database}: {exc!r}")
 
 
 async def peer_load(ctx: BenchContext, sessions: int) -> dict[str, Any]:
@@ -301,8 +301,6 @@ async def langgraph_turns20(ctx: BenchContext) -> dict[str, Any]:
 
 def sqlite_rows(db_path: Path) -> dict[str, int]:
     """Rows per table of a stopped service's SQLite file (what the SQL bytes are made of)."""
-    import sqlite3
-
     conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
     try:
         names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")]
