@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install browser run test test-unit test-integration test-soak test-faults bench bench-quick schemas screenshot clean
+.PHONY: install browser run test test-unit test-integration test-soak test-faults bench bench-quick bench-profile schemas screenshot clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -52,6 +52,13 @@ bench: $(VENV)/.bench-installed
 
 bench-quick: $(VENV)/.bench-installed
 	$(BIN)/python -m bench.run --profile quick
+
+# Where a plain message's time and writes go (bench/hotpath.py): cProfile + SQL and publish counts,
+# on SQLite and on PostgreSQL (127.0.0.1:5432). BENCH_PROFILE=quick for a shorter run.
+BENCH_PROFILE ?= full
+bench-profile: $(VENV)/.bench-installed
+	$(BIN)/python -m bench.hotpath --profile $(BENCH_PROFILE) --store sqlite
+	$(BIN)/python -m bench.hotpath --profile $(BENCH_PROFILE) --store postgres
 
 schemas: $(STAMP)
 	$(BIN)/python -m schemas.export docs/schemas

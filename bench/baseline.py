@@ -91,7 +91,7 @@ async def run(nats_url: str, prefix: str, shape: PublishShape, max_s: float) -> 
         try:
             msgs = await psub.fetch(settings.fetch_batch, timeout=settings.fetch_timeout_s)
         except (NatsTimeoutError, TimeoutError):  # nats-py raises either when a fetch times out
-            # Like the service (consumers/inbound.py): a pull subscription can go silent while the
+            # Like the service (consumers/inbound_loop.py): a pull subscription can go silent while the
             # consumer has messages (nats.py #504); after two silent fetches, check and bind afresh.
             silent += 1
             if silent >= 2:

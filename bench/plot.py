@@ -16,8 +16,10 @@ SERIES = (
     ("baseline", "plain", "baseline A (raw nats-py)", "tab:gray", "s", "--"),
     ("baseline", "tools", "baseline A, 2-tool shape", "tab:gray", "^", ":"),
     ("turnstile", "plain", "turnstile (1 reply)", "tab:blue", "o", "-"),
+    ("turnstile/pg", "plain", "turnstile on PostgreSQL", "tab:purple", "P", "-"),
     ("turnstile", "tools", "turnstile (2 tool calls)", "tab:cyan", "D", "-"),
-    ("langgraph", "plain", "LangGraph + SQLite", "tab:orange", "v", "-"),
+    ("langgraph", "plain", "LangGraph + SQLite (in-process)", "tab:orange", "v", "-"),
+    ("lg+nats/pg", "plain", "nats-py + LangGraph + PostgreSQL (fair peer)", "tab:red", "X", "-"),
 )
 
 

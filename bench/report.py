@@ -39,44 +39,62 @@ def _target(name: str, value: float | None, limit: float, higher_is_better: bool
     return {"target": name, "value": value, "limit": limit, "pass": ok, "detail": detail}
 
 
-def evaluate_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
-    """The ratios issue 5 asks for, each with its measured value and pass/fail."""
+PEER = "lg+nats/pg"  # bench/scenarios.py's fair peer
+RSS_LIMIT_MB = 150.0
+
+
+def evaluate_targets(result: dict[str, Any], phases: tuple[str, ...] = ("load", "turns20", "growth")) -> list[dict[str, Any]]:
+    """Issue 17's targets (and issue 5's bounded checkpoint) of the phases run, each with its value and pass/fail."""
     rows = result["load"]
     counts = result["profile"]["session_counts"]
     targets: list[dict[str, Any]] = []
-    for s in counts:
-        ts, bl, lg = find(rows, "turnstile", "plain", s), find(rows, "baseline", "plain", s), find(rows, "langgraph", "plain", s)
+    for s in counts if "load" in phases else ():
+        ts, bl = find(rows, "turnstile", "plain", s), find(rows, "baseline", "plain", s)
         ts_rate, bl_rate = _get(ts, "drain", "msgs_per_s"), _get(bl, "drain", "msgs_per_s")
-        r = _ratio(ts_rate, bl_rate)
-        detail = f"{_fmt(ts_rate)} vs {_fmt(bl_rate)} msg/s"
-        targets.append(_target(f"throughput ≥ 0.5× baseline @ {s} sessions", r, 0.5, True, detail))
-        targets.append(_target(f"(stretch) throughput ≥ 0.8× baseline @ {s} sessions", r, 0.8, True, detail))
-        for q in ("p50_ms", "p99_ms"):
+        targets.append(
+            _target(f"drain ≥ 0.8× baseline A @ {s} sessions", _ratio(ts_rate, bl_rate), 0.8, True,
+                    f"{_fmt(ts_rate)} vs {_fmt(bl_rate)} msg/s")
+        )
+        for q, limit in (("p50_ms", 2.0), ("p99_ms", 2.5)):
             a, b = _get(ts, "paced", "latency", q), _get(bl, "paced", "latency", q)
             targets.append(
-                _target(
-                    f"paced {q[:3]} ≤ 3× baseline @ {s} sessions",
-                    _ratio(a, b),
-                    3.0,
-                    False,
-                    f"{_fmt(a)} vs {_fmt(b)} ms",
-                )
+                _target(f"paced {q[:3]} ≤ {limit:g}× baseline A @ {s} sessions", _ratio(a, b), limit, False,
+                        f"{_fmt(a, 2)} vs {_fmt(b, 2)} ms")
             )
-        lg_rate = _get(lg, "drain", "msgs_per_s")
+        a, b = _get(ts, "drain", "worker_cpu_us_per_msg"), _get(bl, "drain", "worker_cpu_us_per_msg")
         targets.append(
-            _target(
-                f"turns/s ≥ 10× LangGraph @ {s} sessions",
-                _ratio(ts_rate, lg_rate),
-                10.0,
-                True,
-                f"{_fmt(ts_rate)} vs {_fmt(lg_rate)} turns/s",
+            _target(f"worker CPU/msg ≤ 1.5× baseline A @ {s} sessions", _ratio(a, b), 1.5, False,
+                    f"{_fmt(a)} vs {_fmt(b)} µs/msg (drain)")
+        )
+        fp = find(rows, PEER, "plain", s)
+        for worker in ("turnstile/pg", "turnstile"):
+            tw = find(rows, worker, "plain", s)
+            store = "PostgreSQL" if worker.endswith("/pg") else "SQLite"
+            a, b = _get(tw, "drain", "msgs_per_s"), _get(fp, "drain", "msgs_per_s")
+            targets.append(
+                _target(f"turnstile ({store}) drain ahead of the fair peer @ {s} sessions", _ratio(a, b), 1.0, True,
+                        f"{_fmt(a)} vs {_fmt(b)} msg/s")
             )
+            for q in ("p50_ms", "p99_ms"):
+                a, b = _get(tw, "paced", "latency", q), _get(fp, "paced", "latency", q)
+                targets.append(
+                    _target(f"turnstile ({store}) paced {q[:3]} ahead of the fair peer @ {s} sessions", _ratio(a, b),
+                            1.0, False, f"{_fmt(a, 2)} vs {_fmt(b, 2)} ms")
+                )
+    top = max(counts)
+    rss = _get(find(rows, "turnstile", "plain", top), "rss_bytes_after_drain")
+    if "load" in phases:
+        targets.append(
+            _target(f"RSS with {top:,} sessions touched ≤ {RSS_LIMIT_MB:g} MB", rss / 1e6 if rss else None, RSS_LIMIT_MB,
+                    False, "turnstile on SQLite after the drain (MB)")
         )
     ts20, lg20 = result.get("turns20", {}).get("turnstile"), result.get("turns20", {}).get("langgraph")
     a, b = _get(ts20, "bytes_per_session"), _get(lg20, "bytes_per_session")
-    targets.append(
-        _target("stored bytes/session after 20 turns ≤ ¼ LangGraph", _ratio(a, b), 0.25, False, f"{_fmt(a)} vs {_fmt(b)} B")
-    )
+    if "turns20" in phases:
+        targets.append(_target(
+            f"stored bytes/session after 20 turns ≤ ¼ LangGraph ({_fmt(_get(ts20, 'checkpoints_per_session'))} checkpoints kept)",
+            _ratio(a, b), 0.25, False, f"{_fmt(a)} vs {_fmt(b)} B",
+        ))
     growth = result.get("growth") or {}
     sizes = growth.get("checkpoint_bytes_by_turn") or []
     value = None
@@ -91,7 +109,8 @@ def evaluate_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
             f"~{growth.get('conversation_tokens_estimate')} tokens through a {growth.get('window_tokens')}-token window; "
             "value = mean size of the last quarter / third quarter"
         )
-    targets.append(_target("checkpoint size bounded past the context window", value, 1.10, False, detail))
+    if "growth" in phases:
+        targets.append(_target("checkpoint size bounded past the context window", value, 1.10, False, detail))
     return targets
 
 
@@ -146,6 +165,24 @@ def hol_summary(hol: dict[str, Any]) -> str:
     )
 
 
+def storage_rows(turns20: dict[str, Any]) -> list[dict[str, Any]]:
+    """turnstile's 20-turn storage at each checkpoints-per-session setting measured, fewest first."""
+    rows = [v for k, v in turns20.items() if k.startswith("turnstile") and v.get("bytes_per_session")]
+    return sorted(rows, key=lambda r: r.get("checkpoints_per_session") or 0)
+
+
+def storage_summary(turns20: dict[str, Any]) -> str:
+    """Stored bytes per session after 20 turns by checkpoints kept, against LangGraph (issue 11 item 9)."""
+    lg = _get(turns20, "langgraph", "bytes_per_session")
+    parts = [
+        f"{r.get('checkpoints_per_session')} kept: {_fmt(r['bytes_per_session'])} B"
+        f" (SQL {_fmt(r.get('db_bytes_per_session'))} + checkpoints {_fmt(r.get('checkpoint_stream_bytes_per_session'))};"
+        f" {_fmt(_ratio(r['bytes_per_session'], lg), 2)}× LangGraph)"
+        for r in storage_rows(turns20)
+    ]
+    return f"stored bytes/session after 20 turns by checkpoints kept: {'; '.join(parts)}; LangGraph {_fmt(lg)} B"
+
+
 def _fmt(x: Any, digits: int = 1) -> str:
     if x is None:
         return "—"
@@ -164,23 +201,29 @@ def table(result: dict[str, Any]) -> str:
     """A plain-text table of every load row, the storage/restore figures and the targets."""
     lines = []
     head = (
-        f"{'worker':<10} {'turn':<6} {'sessions':>8} | {'drain msg/s':>11} {'worker µs/msg':>13} {'nats µs/msg':>11}"
+        f"{'worker':<12} {'turn':<6} {'sessions':>8} | {'drain msg/s':>11} {'worker µs/msg':>13} {'nats µs/msg':>11}"
         f" | {'paced p50 ms':>12} {'p99 ms':>8} {'max ms':>8} {'answered':>9} | {'RSS MB':>7}"
     )
     if result["load"]:
         lines += [head, "-" * len(head)]
     for row in result["load"]:
         if "error" in row and "drain" not in row:
-            lines.append(f"{row['worker']:<10} {row['turn']:<6} {row['sessions']:>8} | ERROR {row['error'].splitlines()[0][:90]}")
+            lines.append(f"{row['worker']:<12} {row['turn']:<6} {row['sessions']:>8} | ERROR {row['error'].splitlines()[0][:90]}")
             continue
         d, p = row.get("drain") or {}, row.get("paced") or {}
         rss = row.get("rss_bytes")
         lines.append(
-            f"{row['worker']:<10} {row['turn']:<6} {row['sessions']:>8} | {_fmt(d.get('msgs_per_s')):>11}"
+            f"{row['worker']:<12} {row['turn']:<6} {row['sessions']:>8} | {_fmt(d.get('msgs_per_s')):>11}"
             f" {_fmt(d.get('worker_cpu_us_per_msg')):>13} {_fmt(d.get('server_cpu_us_per_msg')):>11}"
             f" | {_fmt(_get(p, 'latency', 'p50_ms'), 2):>12} {_fmt(_get(p, 'latency', 'p99_ms'), 2):>8}"
             f" {_fmt(_get(p, 'latency', 'max_ms'), 2):>8} {str(p.get('answered', '—')) + '/' + str(p.get('sent', '—')):>9}"
             f" | {_fmt(rss / 1e6 if rss else None):>7}"
+        )
+    pg = [r for r in result["load"] if r.get("pg_commits_per_msg") is not None]
+    if pg:
+        lines.append(
+            "PostgreSQL commits per message answered (pg_stat_database, set-up included): "
+            + ", ".join(f"{r['worker']} @ {r['sessions']:,} {r['pg_commits_per_msg']:.2f}" for r in pg)
         )
     lines.append("")
     ts20 = result.get("turns20", {}).get("turnstile") or {}
@@ -201,6 +244,8 @@ def table(result: dict[str, Any]) -> str:
             f" vs warm {_fmt(_get(ts20, 'restore_warm_turn', 'p50_ms'), 2)} ms (restart to ready {_fmt(ts20.get('restart_ready_s'), 2)} s);"
             f" langgraph {_fmt(_get(lg20, 'restore_cold_turn', 'p50_ms'), 2)} ms vs warm {_fmt(_get(lg20, 'restore_warm_turn', 'p50_ms'), 2)} ms"
         )
+    if any(k.startswith("turnstile_ck") for k in result.get("turns20", {})):
+        lines.append(storage_summary(result["turns20"]))
     mem = result.get("memory") or {}
     if mem and result["load"]:
         lines.append(
@@ -216,7 +261,7 @@ def table(result: dict[str, Any]) -> str:
     if result.get("hol"):
         lines.append(f"head-of-line: {hol_summary(result['hol'])}")
     lines.append("")
-    lines.append("targets (issues 5 and 9, ratios measured in this run):")
+    lines.append("targets (issues 17, 5 and 9, ratios measured in this run):")
     for t in result.get("targets", []):
         mark = "PASS" if t["pass"] else "FAIL"
         lines.append(f"  [{mark}] {t['target']}: {_fmt(t['value'], 2)} (limit {t['limit']}) — {t['detail']}")

@@ -19,7 +19,7 @@ import platform
 import shutil
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +30,12 @@ from bench.common import ROOT, ProcessMeter
 from bench.hol import turnstile_hol
 from bench.profiles import PROFILES, Profile
 from bench.scenarios import (
+    PEER,
     BenchContext,
     baseline_load,
     langgraph_load,
     langgraph_turns20,
+    peer_load,
     settle,
     shape_or_fallback,
     turnstile_growth,
@@ -43,6 +45,8 @@ from bench.scenarios import (
 from consumers.nats_server import NatsServer, nats_server_binary
 from schemas.nats_roles import without_roles
 
+# Checkpoints kept per session measured beside the default in ``turns20`` (issue 11 item 9).
+CHECKPOINTS_KEPT_VARIANTS = (2, 16, 64)
 # Phases in run order; ``--only`` picks some of them.
 PHASES = ("load", "sync", "turns20", "growth", "hol")
 
@@ -71,7 +75,7 @@ def _summary(row: dict[str, Any]) -> str:
 
 
 def new_result(profile: Profile, nats_conf: Path | None) -> dict[str, Any]:
-    started = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    started = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     return {
         "started_at": started,
         "profile": profile.__dict__,
@@ -117,6 +121,10 @@ async def run_all(
             result["load"].append(ts)
             _say(f"  turnstile plain: {_summary(ts)}")
             await settle()
+            tp = await _timed(turnstile_load(ctx, sessions, "plain", "postgres"))
+            result["load"].append(tp)
+            _say(f"  turnstile/pg:    {_summary(tp)}")
+            await settle()
             drain_shape, fb1 = shape_or_fallback(ts, "drain_shape")
             paced_shape, fb2 = shape_or_fallback(ts, "paced_shape")
             bl = await _timed(baseline_load(ctx, sessions, drain_shape, paced_shape, "plain"))
@@ -140,12 +148,20 @@ async def run_all(
             lg = await _timed(langgraph_load(ctx, sessions))
             result["load"].append(lg)
             _say(f"  langgraph:       {_summary(lg)}")
+            await settle()
+            fp = await _timed(peer_load(ctx, sessions))
+            result["load"].append(fp)
+            _say(f"  {PEER} (fair peer): {_summary(fp)}")
         if "sync" in phases and len(profile.session_counts) > 1:
             result["load"].append(await _timed(_sync_cost(ctx, result["load"], profile.session_counts[1])))
         if "turns20" in phases:
             _say("== 20 turns per session, restore")
             result["turns20"]["turnstile"] = await _timed(turnstile_turns20(ctx))
             result["turns20"]["langgraph"] = await _timed(langgraph_turns20(ctx))
+            default_kept = result["turns20"]["turnstile"].get("checkpoints_per_session")
+            for kept in (k for k in CHECKPOINTS_KEPT_VARIANTS if k != default_kept):  # issue 11 item 9
+                result["turns20"][f"turnstile_ck{kept}"] = await _timed(turnstile_turns20(ctx, kept, restore=False))
+            _say(f"  {report.storage_summary(result['turns20'])}")
         if "growth" in phases:
             _say("== checkpoint growth past the context window")
             result["growth"] = await _timed(turnstile_growth(ctx))
@@ -170,7 +186,7 @@ def finish(result: dict[str, Any], profile: Profile, phases: tuple[str, ...] = P
         "baseline_rss_mb": (bl_top.get("rss_bytes") or 0) / 1e6 or None,
         "langgraph_rss_mb": (lg_top.get("rss_bytes") or 0) / 1e6 or None,
     }
-    targets = report.evaluate_targets(result) if {"load", "turns20", "growth"} & set(phases) else []
+    targets = report.evaluate_targets(result, phases) if {"load", "turns20", "growth"} & set(phases) else []
     if "hol" in phases:
         targets += report.hol_targets(result)
     result["targets"] = targets
@@ -212,7 +228,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "var" / "bench")
     parser.add_argument("--nats-conf", type=Path, default=ROOT / "nats.conf", help="nats-server config (default: the repo's)")
     parser.add_argument("--keep-work", action="store_true", help="keep the temporary nats store, databases and logs")
-    parser.add_argument("--max-minutes", type=float, default=None, help="abort the run after this (default: 4 quick, 15 full)")
+    parser.add_argument("--max-minutes", type=float, default=None, help="abort the run after this (default: 6 quick, 30 full)")
     parser.add_argument(
         "--only", default=",".join(PHASES), help=f"comma-separated phases to run, of {','.join(PHASES)} (default: all)"
     )
@@ -222,10 +238,10 @@ def main() -> None:
     if unknown or not phases:
         parser.error(f"--only: unknown phase(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(PHASES)}")
     profile = PROFILES[args.profile]
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     work = args.out / f"work-{stamp}"
     work.mkdir(parents=True, exist_ok=True)
-    max_s = 60 * (args.max_minutes or (4 if profile.name == "quick" else 15))
+    max_s = 60 * (args.max_minutes or (6 if profile.name == "quick" else 30))
     t0 = time.monotonic()
     result = new_result(profile, args.nats_conf)
     try:

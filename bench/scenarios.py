@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -16,9 +17,11 @@ from nats.js.errors import NotFoundError
 from bench.baseline import baseline_settings
 from bench.common import Child, LatencyStats, ProcessMeter, delete_streams, file_bytes, stream_states, wait_until
 from bench.driver import Driver, Meters, StoredBytesCounter, message_plan, session_ids
+from bench.langgraph_nats_peer import peer_settings
+from bench.pg import commits, database_bytes, fresh_database, pg_url
 from bench.profiles import Profile
 from bench.shape import PublishShape, StreamShape, measure_shape
-from bench.turnstile_load import ServiceConfig, new_prefix, start_baseline, start_service
+from bench.turnstile_load import ServiceConfig, new_prefix, start_baseline, start_peer, start_service
 from consumers.settings import Settings
 from consumers.streams import ensure_streams
 from schemas.subjects import Subjects
@@ -73,8 +76,21 @@ def _phase_error(ctx: BenchContext, what: str, exc: BaseException) -> dict[str, 
     return {"error": text}
 
 
-async def turnstile_load(ctx: BenchContext, sessions: int, turn: str) -> dict[str, Any]:
-    """Drain a preloaded backlog, then paced open-loop load, on one fresh service process."""
+async def turnstile_load(ctx: BenchContext, sessions: int, turn: str, store: str = "sqlite") -> dict[str, Any]:
+    """Drain a preloaded backlog, then paced open-loop load, on one fresh service process.
+
+    ``store`` is ``sqlite`` (a temp file; worker ``turnstile``) or ``postgres`` (a fresh database
+    on 127.0.0.1:5432; worker ``turnstile/pg``).
+    """
+    if store == "postgres":
+        async with fresh_database("ts") as name:
+            out = await _turnstile_load(ctx, sessions, turn, {"TURNSTILE_DATABASE_URL": pg_url(name, "postgresql+asyncpg")})
+            await _count_commits(out, name)
+            return out
+    return await _turnstile_load(ctx, sessions, turn, None)
+
+
+async def _turnstile_load(ctx: BenchContext, sessions: int, turn: str, db_env: dict[str, str] | None) -> dict[str, Any]:
     p = ctx.profile
     prefix = new_prefix("ts")
     subjects = Subjects(prefix)
@@ -86,12 +102,13 @@ async def turnstile_load(ctx: BenchContext, sessions: int, turn: str) -> dict[st
     counter = StoredBytesCounter()
     await counter.attach(ctx.nc, subjects.checkpoint_all)
     child: Child | None = None
-    out: dict[str, Any] = {"worker": "turnstile", "turn": turn, "sessions": sessions}
+    worker = "turnstile/pg" if db_env else "turnstile"
+    out: dict[str, Any] = {"worker": worker, "turn": turn, "sessions": sessions}
     try:
         before = await stream_states(ctx.js, subjects)
         backlog = p.drain_count(sessions, turn)
         await driver.preload(message_plan(sids, backlog, text))
-        config = ServiceConfig(ctx.nats_url, prefix, ctx.work / f"{prefix}.db")
+        config = ServiceConfig(ctx.nats_url, prefix, ctx.work / f"{prefix}.db", db_env)
         child = await start_service(config, ctx.work / f"{prefix}.log")
         out["pid"] = child.pid
         driver.timer.meters = Meters(child.meter, ctx.server_meter)
@@ -113,7 +130,7 @@ async def turnstile_load(ctx: BenchContext, sessions: int, turn: str) -> dict[st
         out["paced_shape"] = measure_shape(mid, after, (seen[0] - seen_mid[0], seen[1] - seen_mid[1])).as_dict()
         out["rss_bytes"] = child.meter.rss_bytes()
     except Exception as exc:
-        out.update(_phase_error(ctx, f"turnstile {turn} at {sessions} sessions", exc))
+        out.update(_phase_error(ctx, f"{worker} {turn} at {sessions} sessions", exc))
         if child is not None:
             out["log_tail"] = child.log_text()[-3000:]
     finally:
@@ -177,6 +194,59 @@ async def baseline_load(
     return out
 
 
+PEER = "lg+nats/pg"  # the fair peer's worker name in the rows
+
+
+async def _count_commits(out: dict[str, Any], database: str) -> None:
+    """PostgreSQL commits of a finished row per message answered (drain + paced; set-up included)."""
+    answered = (out.get("drain") or {}).get("answered", 0) + (out.get("paced") or {}).get("answered", 0)
+    try:
+        out["pg_commits_per_msg"] = await commits(database) / max(answered, 1)
+    except Exception as exc:  # a figure missing, not a row lost
+        out.setdefault("notes", []).append(f"commit count of {database}: {exc!r}")
+
+
+async def peer_load(ctx: BenchContext, sessions: int) -> dict[str, Any]:
+    """The fair peer (nats-py + LangGraph + PostgreSQL checkpointer): the same drain and paced phases."""
+    p = ctx.profile
+    prefix = new_prefix("lg")
+    subjects = Subjects(prefix)
+    await ensure_streams(ctx.js, peer_settings(ctx.nats_url, prefix), subjects)
+    sids = session_ids(uuid.uuid4().hex[:8], sessions)
+    driver = Driver(ctx.nc, subjects, Meters(ctx.server_meter, ctx.server_meter))
+    await driver.attach()
+    out: dict[str, Any] = {"worker": PEER, "turn": "plain", "sessions": sessions}
+    child: Child | None = None
+    try:
+        async with fresh_database("lg") as name:
+            await driver.preload(message_plan(sids, p.drain_count(sessions), plain_text))
+            child = await start_peer(ctx.nats_url, prefix, pg_url(name), ctx.work / f"{prefix}-peer.log", p.reply_timeout_s * 6)
+            driver.timer.meters = Meters(child.meter, ctx.server_meter)
+            driver.open_window()
+            await ctx.nc.publish(f"{prefix}.bench.go", b"")
+            out["drain"] = (await driver.measure_drain(sessions, p.drain_timeout_s(p.drain_count(sessions)))).as_dict()
+            out["rss_bytes_after_drain"] = child.meter.rss_bytes()
+            paced = await driver.paced(
+                message_plan(sids, p.paced_count(sessions), plain_text), p.paced_rate_per_s, sessions, p.reply_timeout_s
+            )
+            out["paced"] = paced.as_dict()
+            out["rss_bytes"] = child.meter.rss_bytes()
+            await child.stop()
+            child = None
+            out["db_bytes"] = await database_bytes(name)
+            await _count_commits(out, name)
+    except Exception as exc:
+        out.update(_phase_error(ctx, f"fair peer at {sessions} sessions", exc))
+        if child is not None:
+            out["log_tail"] = child.log_text()[-3000:]
+    finally:
+        if child is not None:
+            await child.stop()
+        await driver.detach()
+        await delete_streams(ctx.js, subjects)
+    return out
+
+
 async def _run_peer(ctx: BenchContext, args: list[str], log_name: str, timeout_s: float) -> dict[str, Any]:
     child = Child(["-m", "bench.langgraph_peer", *args, "--timeout-s", str(ctx.profile.reply_timeout_s)], {}, ctx.work / log_name)
     try:
@@ -229,6 +299,16 @@ async def langgraph_turns20(ctx: BenchContext) -> dict[str, Any]:
         return _phase_error(ctx, "langgraph turns20", exc)
 
 
+def sqlite_rows(db_path: Path) -> dict[str, int]:
+    """Rows per table of a stopped service's SQLite file (what the SQL bytes are made of)."""
+    conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+    try:
+        names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")]
+        return {n: int(conn.execute(f'SELECT count(*) FROM "{n}"').fetchone()[0]) for n in names}
+    finally:
+        conn.close()
+
+
 def turns20_text(r: int) -> str:
     return f"turn {r}: hello from the bench"
 
@@ -241,15 +321,24 @@ async def _last_checkpoint_bytes(ctx: BenchContext, subjects: Subjects, session_
     return len(msg.data or b"")
 
 
-async def turnstile_turns20(ctx: BenchContext) -> dict[str, Any]:
-    """Sessions × 20 turns: stored bytes per session; then a restart and cold-session first replies."""
+async def turnstile_turns20(
+    ctx: BenchContext, checkpoints_per_session: int | None = None, restore: bool = True
+) -> dict[str, Any]:
+    """Sessions × 20 turns: stored bytes per session; then (``restore``) a restart and cold-session first replies.
+
+    ``checkpoints_per_session`` sets ``TURNSTILE_CHECKPOINTS_PER_SESSION`` (None: the service's default).
+    """
     p = ctx.profile
     prefix = new_prefix("ts")
     subjects = Subjects(prefix)
-    config = ServiceConfig(ctx.nats_url, prefix, ctx.work / f"{prefix}-turns20.db")
+    env = {"TURNSTILE_CHECKPOINTS_PER_SESSION": str(checkpoints_per_session)} if checkpoints_per_session else None
+    config = ServiceConfig(ctx.nats_url, prefix, ctx.work / f"{prefix}-turns20.db", env)
     sids = session_ids(uuid.uuid4().hex[:8], p.turns20_sessions)
     driver = Driver(ctx.nc, subjects, Meters(ctx.server_meter, ctx.server_meter))
-    out: dict[str, Any] = {"sessions": len(sids)}
+    out: dict[str, Any] = {
+        "sessions": len(sids),
+        "checkpoints_per_session": checkpoints_per_session or Settings.model_fields["checkpoints_per_session"].default,
+    }
     child: Child | None = None
     try:
         child = await start_service(config, ctx.work / f"{prefix}-turns20.log")
@@ -270,9 +359,13 @@ async def turnstile_turns20(ctx: BenchContext) -> dict[str, Any]:
                 "checkpoint_bytes_per_transition": ck.bytes / max(ck.messages, 1),
                 "bytes_per_session": (db_bytes + ck.bytes) / len(sids),
                 "db_bytes_per_session": db_bytes / len(sids),
+                "checkpoint_stream_bytes_per_session": ck.bytes / len(sids),
                 "other_stream_bytes": {k: v.bytes for k, v in states.items() if k != "checkpoint"},
+                "sql_rows": sqlite_rows(config.db_path),
             }
         )
+        if not restore:
+            return out
         # Restore: a new process on the same database and streams; first reply of cold sessions.
         t0 = time.perf_counter()
         child = await start_service(config, ctx.work / f"{prefix}-restart.log")

@@ -54,3 +54,14 @@ async def start_baseline(nats_url: str, prefix: str, shape_json: str, log_path: 
     )
     await child.wait_ready("baseline ready", 30.0)
     return child
+
+
+async def start_peer(nats_url: str, prefix: str, pg_url: str, log_path: Path, max_s: float) -> Child:
+    """The fair peer (bench/langgraph_nats_peer.py), ready and waiting for ``<prefix>.bench.go``."""
+    child = Child(
+        ["-m", "bench.langgraph_nats_peer", "--nats-url", nats_url, "--prefix", prefix, "--pg-url", pg_url, "--max-s", str(max_s)],
+        {},
+        log_path,
+    )
+    await child.wait_ready("peer ready", 60.0)
+    return child

@@ -1,0 +1,275 @@
+"""``python -m bench.hotpath`` (``make bench-profile``): where one plain message's time and writes go.
+
+One nats-server and one service process (bench/profiled_service.py: the unmodified
+``turnstile run`` under cProfile with SQLAlchemy counters), ``--sessions`` sessions
+that have each had a first turn, then ``--messages`` plain messages published at
+once; the window opens (SIGUSR1) before they are published and closes (SIGUSR2)
+after the last reply. Counted per message over that window:
+
+- JetStream publishes by stream and kind, from a core subscription on the prefix's
+  subjects (checkpoints with their fencing header, events by type, replies) and
+  the streams' sequence deltas (which count every publish, a discarded one too);
+- JetStream API requests and acks of the service (``$JS.API.>``, ``$JS.ACK.>``);
+- SQL statements by verb and table, and commits (SQLAlchemy events in the process);
+- CPU of the event-loop thread and of the other threads (psutil, per thread);
+- the event loop's CPU split by area (cProfile self time by module: encoding,
+  SQL, NATS client, FastStream, turn engine, …).
+
+``--store postgres`` runs the service on a fresh PostgreSQL database instead of a SQLite file.
+Prints a table and writes ``var/bench/hotpath-<store>-latest.json`` (+ the pstats file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import pstats
+import shutil
+import signal
+import time
+import uuid
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import nats
+import orjson
+import psutil
+from nats.aio.msg import Msg
+
+from bench.common import ROOT, Child, ProcessMeter, delete_streams, stream_states, wait_until
+from bench.driver import Driver, Meters, message_plan, session_ids
+from bench.pg import fresh_database, pg_url
+from bench.scenarios import plain_text
+from bench.turnstile_load import READY_MARKER, READY_TIMEOUT_S, ServiceConfig, new_prefix
+from consumers.nats_server import NatsServer
+from consumers.settings import Settings
+from consumers.streams import ensure_streams
+from schemas.nats_roles import without_roles
+from schemas.subjects import Subjects
+
+SIZES = {"quick": (50, 600), "full": (100, 3000)}  # (sessions, messages)
+
+# cProfile self time by where the function lives; first match wins.
+AREAS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("idle (epoll wait)", ("select.epoll", "method 'poll' of 'select")),
+    ("the bench's own SQL counter", ("profiled_service",)),
+    ("socket writes", ("_socket.socket",)),
+    ("metrics (prometheus_client)", ("prometheus_client",)),
+    ("encoding (orjson, pydantic, json)", ("orjson", "pydantic", "/json/", "model_dump", "model_validate", "validate_json")),
+    ("SQL (SQLAlchemy, aiosqlite/asyncpg front)", ("sqlalchemy", "aiosqlite", "asyncpg", "sqlite3")),
+    ("NATS client (nats-py)", ("/nats/",)),
+    ("FastStream", ("faststream",)),
+    ("turn engine (core/engine, providers)", ("/core/engine", "/core/providers")),
+    ("sessions and store (core/sessions, core/store)", ("/core/sessions", "/core/store")),
+    ("service shell (consumers/)", ("/consumers/",)),
+    ("wire models (schemas/)", ("/schemas/",)),
+    ("asyncio and event loop", ("asyncio", "uvloop", "_asyncio", "selectors")),
+    ("logging", ("logging",)),
+)
+
+
+def _area(filename: str, funcname: str) -> str:
+    where = f"{filename} {funcname}"
+    for name, needles in AREAS:
+        if any(n in where for n in needles):
+            return name
+    return "other (stdlib, builtins)"
+
+
+def profile_breakdown(path: Path, messages: int) -> dict[str, Any]:
+    """Self time per area (µs per message) and the project's top functions by cumulative time."""
+    stats = pstats.Stats(str(path))
+    by_area: Counter[str] = Counter()
+    top: list[tuple[float, str]] = []
+    raw: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
+    for (filename, line, func), (_cc, _nc, tt, ct, _callers) in raw.items():
+        by_area[_area(filename, func)] += tt
+        if "/consumers/" in filename or "/core/" in filename:
+            short = filename.split("/turnstile/")[-1].split(str(ROOT) + "/")[-1]
+            top.append((ct, f"{short}:{line} {func}"))
+    top.sort(reverse=True)
+    busy = sum(v for k, v in by_area.items() if not k.startswith("idle"))
+    return {
+        "self_us_per_msg": {k: v / messages * 1e6 for k, v in by_area.most_common()},
+        "busy_us_per_msg": busy / messages * 1e6,
+        "top_cumulative_us_per_msg": [(name, ct / messages * 1e6) for ct, name in top[:25]],
+    }
+
+
+class SubjectTally:
+    """Core-NATS copies of what the service sends, by kind (stream subjects, API requests, acks)."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.counts: Counter[str] = Counter()
+        self.active = False
+
+    def kind(self, msg: Msg) -> str:
+        s = msg.subject
+        if s.startswith("$JS.ACK."):
+            return "inbound ack ($JS.ACK)"
+        if s.startswith("$JS.API."):
+            parts = s.split(".")
+            return "JS API " + ".".join(p for p in parts[2:4] if not p.startswith(self.prefix.upper()))
+        rest = s[len(self.prefix) + 1 :]
+        head = rest.split(".", 1)[0]
+        if head == "checkpoint":
+            fenced = bool(msg.headers and "Nats-Expected-Last-Subject-Sequence" in msg.headers)
+            return f"checkpoint publish ({'fenced' if fenced else 'unfenced'})"
+        if head == "events":
+            return "event " + ".".join(rest.split(".")[2:])
+        if head == "outbound":
+            return "reply (outbound)"
+        if head == "inbound":
+            return "inbound (the bench's)"
+        return f"{head} (core NATS)"
+
+    async def on_msg(self, msg: Msg) -> None:
+        if self.active:
+            self.counts[self.kind(msg)] += 1
+
+
+def _thread_cpu(pid: int) -> tuple[float, float]:
+    """(event-loop thread, all other threads) CPU seconds of a process; the main thread's id is the pid."""
+    main = other = 0.0
+    for t in psutil.Process(pid).threads():
+        if t.id == pid:
+            main += t.user_time + t.system_time
+        else:
+            other += t.user_time + t.system_time
+    return main, other
+
+
+async def measure(sessions: int, messages: int, work: Path, store: str) -> dict[str, Any]:
+    """One profiled window on SQLite (a temp file) or PostgreSQL (a fresh database)."""
+    if store == "postgres":
+        async with fresh_database("hp") as name:
+            return await _measure(sessions, messages, work, {"TURNSTILE_DATABASE_URL": pg_url(name, "postgresql+asyncpg")})
+    return await _measure(sessions, messages, work, None)
+
+
+async def _measure(sessions: int, messages: int, work: Path, db_env: dict[str, str] | None) -> dict[str, Any]:
+    conf = work / "nats-open.conf"
+    conf.write_text(without_roles((ROOT / "nats.conf").read_text()))
+    server = NatsServer(store_dir=work / "nats", config=conf)
+    await server.start()
+    assert server.process is not None
+    server_meter = ProcessMeter(server.process.pid)
+    nc = await nats.connect(server.url)
+    tap = await nats.connect(server.url)
+    prefix = new_prefix("hp")
+    subjects = Subjects(prefix)
+    js = nc.jetstream()
+    await ensure_streams(js, Settings(nats_url=server.url, prefix=prefix), subjects)
+    tally = SubjectTally(prefix)
+    for subject in (f"{prefix}.>", "$JS.API.>", "$JS.ACK.>"):
+        await tap.subscribe(subject, cb=tally.on_msg, pending_msgs_limit=10_000_000, pending_bytes_limit=2**34)
+    await tap.flush()
+    pstats_path = work / "service.pstats"
+    config = ServiceConfig(server.url, prefix, work / f"{prefix}.db", db_env)
+    env = {**config.env(), "BENCH_PROFILE_OUT": str(pstats_path)}
+    child = Child(["-m", "bench.profiled_service"], env, work / "service.log")
+    driver = Driver(nc, subjects, Meters(server_meter, server_meter))
+    out: dict[str, Any] = {"sessions": sessions, "messages": messages, "store": "postgres" if db_env else "sqlite"}
+    try:
+        await child.wait_ready(READY_MARKER, READY_TIMEOUT_S)
+        await driver.attach()
+        sids = session_ids(uuid.uuid4().hex[:8], sessions)
+        await driver.rounds(sids, 1, lambda r: "first turn", 60)  # every session exists: later turns are plain
+        before = await stream_states(js, subjects)
+        os.kill(child.pid, signal.SIGUSR1)
+        tally.active = True
+        cpu0, (main0, other0), srv0, t0 = child.meter.cpu_s(), _thread_cpu(child.pid), server_meter.cpu_s(), time.perf_counter()
+        await driver.preload(message_plan(sids, messages, plain_text))
+        if not await wait_until(driver.timer.done, 120 + messages * 0.05):
+            raise RuntimeError(f"only {len(driver.timer.got)}/{messages} replies")
+        wall = time.perf_counter() - t0
+        cpu1, (main1, other1), srv1 = child.meter.cpu_s(), _thread_cpu(child.pid), server_meter.cpu_s()
+        await asyncio.sleep(0.5)  # the last checkpoints and acks after the last reply (a bound, not a wait for a result)
+        await tap.flush()
+        tally.active = False
+        os.kill(child.pid, signal.SIGUSR2)
+        if not await wait_until(lambda: Path(str(pstats_path) + ".json").exists(), 60, 0.1):
+            raise RuntimeError("the profiled service wrote no profile")
+        after = await stream_states(js, subjects)
+        counters = orjson.loads(Path(str(pstats_path) + ".json").read_bytes())
+        n = messages
+        out.update(
+            {
+                "wall_s": wall,
+                "msgs_per_s_profiled": n / wall,
+                "worker_cpu_us_per_msg": (cpu1 - cpu0) / n * 1e6,
+                "event_loop_thread_cpu_us_per_msg": (main1 - main0) / n * 1e6,
+                "other_threads_cpu_us_per_msg": (other1 - other0) / n * 1e6,
+                "nats_server_cpu_us_per_msg": (srv1 - srv0) / n * 1e6,
+                "stream_publishes_per_msg": {
+                    k: (after[k].last_seq - before[k].last_seq) / n for k in ("checkpoint", "events", "outbound")
+                },
+                "seen_per_msg": {k: v / n for k, v in sorted(tally.counts.items())},
+                "sql_statements_per_msg": {k: v / n for k, v in sorted(counters["sql_statements"].items())},
+                "sql_statements_total_per_msg": sum(counters["sql_statements"].values()) / n,
+                "sql_commits_per_msg": counters["sql_commits"] / n,
+                "profile": profile_breakdown(pstats_path, n),
+            }
+        )
+    finally:
+        await child.stop()
+        await driver.detach()
+        await delete_streams(js, subjects)
+        await tap.close()
+        await nc.close()
+        await server.stop()
+    return out
+
+
+def table(r: dict[str, Any]) -> str:
+    lines = [
+        f"hot path of a plain message on {r['store']}: {r['messages']} messages over {r['sessions']} sessions (each had a turn),"
+        f" under cProfile ({r['msgs_per_s_profiled']:.0f} msg/s profiled; slower than unprofiled)",
+        f"  worker CPU {r['worker_cpu_us_per_msg']:,.0f} µs/msg = event loop {r['event_loop_thread_cpu_us_per_msg']:,.0f}"
+        f" + other threads {r['other_threads_cpu_us_per_msg']:,.0f}; nats-server {r['nats_server_cpu_us_per_msg']:,.0f} µs/msg",
+        "  JetStream publishes per message (stream sequences): "
+        + ", ".join(f"{k} {v:.2f}" for k, v in r["stream_publishes_per_msg"].items())
+        + f" = {sum(r['stream_publishes_per_msg'].values()):.2f}",
+        "  seen per message (core copies of what was sent):",
+    ]
+    lines += [f"    {v:6.2f}  {k}" for k, v in r["seen_per_msg"].items()]
+    lines.append(f"  SQL per message: {r['sql_statements_total_per_msg']:.2f} statements, {r['sql_commits_per_msg']:.2f} commits")
+    lines += [f"    {v:6.2f}  {k}" for k, v in r["sql_statements_per_msg"].items()]
+    prof = r["profile"]
+    lines.append(f"  event-loop thread wall time by area (µs/msg, cProfile self time; a blocking call counts whole; busy {prof['busy_us_per_msg']:,.0f}):")
+    lines += [f"    {v:8,.0f}  {k}" for k, v in prof["self_us_per_msg"].items()]
+    lines.append("  project functions by cumulative time (µs/msg; coroutines: time per resumption, summed):")
+    lines += [f"    {v:8,.0f}  {k}" for k, v in prof["top_cumulative_us_per_msg"][:15]]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--profile", choices=sorted(SIZES), default="quick")
+    parser.add_argument("--sessions", type=int, default=None)
+    parser.add_argument("--messages", type=int, default=None)
+    parser.add_argument("--store", choices=["sqlite", "postgres"], default="sqlite")
+    parser.add_argument("--out", type=Path, default=ROOT / "var" / "bench")
+    args = parser.parse_args()
+    sessions, messages = SIZES[args.profile]
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    work = args.out / f"work-hotpath-{stamp}"
+    work.mkdir(parents=True, exist_ok=True)
+    result = asyncio.run(asyncio.wait_for(measure(args.sessions or sessions, args.messages or messages, work, args.store), 900))
+    result["started_at"] = stamp
+    name = f"hotpath-{args.store}-latest"
+    (args.out / f"{name}.json").write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
+    pst = work / "service.pstats"
+    if pst.exists():
+        pst.replace(args.out / f"{name}.pstats")
+    shutil.rmtree(work, ignore_errors=True)
+    print(table(result), flush=True)
+    print(f"JSON: {args.out / (name + '.json')}; pstats: {args.out / (name + '.pstats')}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""``python -m bench.profiled_service``: ``turnstile run`` with cProfile and SQL counters (bench/hotpath.py).
+
+The service is the unmodified ``consumers.cli run``; this wrapper only adds, in-process:
+
+- SQLAlchemy event listeners on the ``Engine`` class (every engine, the async ones' sync
+  engines included): statements by verb and table, and commits;
+- a ``cProfile.Profile`` of the main thread (the event loop: nats-py, FastStream, the
+  turn, SQLAlchemy's async front; aiosqlite's worker thread is not in it, its CPU is
+  measured per thread from outside by the bench).
+
+SIGUSR1 resets the counters and starts the profiler (the measured window opens);
+SIGUSR2 stops it and writes ``$BENCH_PROFILE_OUT`` (pstats) and ``$BENCH_PROFILE_OUT.json``
+(counters), so start-up and shutdown are not in the figures.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import os
+import re
+import signal
+import sys
+from collections import Counter
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import orjson
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+
+_TABLE = re.compile(r"\b(?:INTO|UPDATE|FROM)\s+\"?(\w+)", re.IGNORECASE)
+
+
+class SqlCounter:
+    """Statements by ``VERB table`` and commits, counted while ``active``."""
+
+    def __init__(self) -> None:
+        self.active = False
+        self.statements: Counter[str] = Counter()
+        self.commits = 0
+
+    def on_execute(self, conn: Any, cursor: Any, statement: str, params: Any, context: Any, executemany: bool) -> None:
+        if not self.active:
+            return
+        verb = statement.lstrip().split(None, 1)[0].upper() if statement.strip() else "?"
+        m = _TABLE.search(statement)
+        self.statements[f"{verb} {m.group(1) if m else ''}".strip()] += 1
+
+    def on_commit(self, conn: Any) -> None:
+        if self.active:
+            self.commits += 1
+
+
+def main() -> None:
+    out = Path(os.environ["BENCH_PROFILE_OUT"])
+    sql = SqlCounter()
+    event.listen(Engine, "before_cursor_execute", sql.on_execute)
+    event.listen(Engine, "commit", sql.on_commit)
+    profiler = cProfile.Profile()
+
+    def start(_sig: int, _frame: FrameType | None) -> None:
+        sql.statements.clear()
+        sql.commits = 0
+        sql.active = True
+        profiler.enable()
+
+    def stop(_sig: int, _frame: FrameType | None) -> None:
+        profiler.disable()
+        sql.active = False
+        profiler.dump_stats(str(out))
+        data = {"sql_statements": dict(sql.statements), "sql_commits": sql.commits}
+        Path(str(out) + ".json").write_bytes(orjson.dumps(data))
+
+    signal.signal(signal.SIGUSR1, start)
+    signal.signal(signal.SIGUSR2, stop)
+    from consumers.cli import main as cli_main
+
+    sys.exit(cli_main(["run"]))
+
+
+if __name__ == "__main__":
+    main()
