@@ -17,6 +17,7 @@ from consumers.service import TurnstileService
 from consumers.settings import Settings
 from core.engine.journal import EntryKind, JournalEntry
 from schemas.subjects import Subjects
+from tests.integration.cli_process import turnstile
 from tests.integration.harness import Collector, api, inbound, publish_inbound, wait_for
 
 
@@ -54,10 +55,11 @@ async def _all_versions(nc: Client, subjects: Subjects, sid: str, limit: int) ->
 
 
 async def _turns(service: TurnstileService, nc: Client, subjects: Subjects, sid: str, texts: list[str]) -> None:
-    replies = await Collector().attach(nc, subjects.outbound("cli", sid))
+    events = await Collector().attach(nc, subjects.events_of(sid))
     for text in texts:
         await publish_inbound(nc, subjects, inbound(sid, text))
-    await wait_for(lambda: any(r["text"] == f"echo: {texts[-1]}" for r in replies.json()), what="the last answer")
+    await wait_for(lambda: [e["type"] for e in events.json()].count("turn.ended") == len(texts),
+                   what="every turn to end")
     assert service.actors is not None
     await service.actors.join(timeout_s=10)
 
@@ -156,3 +158,20 @@ async def test_bad_or_out_of_range_versions_are_refused_with_a_code(
     assert unknown["error"]["code"] == "not_found"
     bad_cursor = await api(nc, subjects, "session", "state_versions", {"session_id": sid, "cursor": "zz"})
     assert bad_cursor["error"]["code"] == "invalid"
+
+
+async def test_turnstile_replay_state_lists_the_steps_and_prints_the_state_at_one(
+    service: TurnstileService, settings: Settings, nc: Client, subjects: Subjects
+) -> None:
+    sid = f"tt-cli-{uuid.uuid4().hex[:8]}"
+    await _turns(service, nc, subjects, sid, [TOOL_TURN])
+    listed = await turnstile("replay", "state", "-s", sid, settings=settings)
+    assert listed.code == 0, listed.stderr
+    steps = [orjson.loads(line) for line in listed.lines]
+    assert steps == await _all_versions(nc, subjects, sid, limit=100)
+    one = await turnstile("replay", "state", "-s", sid, "--at", str(len(steps)), settings=settings)
+    assert one.code == 0, one.stderr
+    state = orjson.loads(one.lines[0])
+    assert state["state_version"] == len(steps) and state["snapshot"]["status"] == "idle"
+    past = await turnstile("replay", "state", "-s", sid, "--at", str(len(steps) + 1), settings=settings)
+    assert past.code != 0 and "not_found" in past.stderr and "Traceback" not in past.stderr
