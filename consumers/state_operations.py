@@ -9,6 +9,7 @@ none of this generation, from the options a fresh open would use — as a load d
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 
 import orjson
@@ -21,10 +22,12 @@ from core.engine.journal import EntryKind, JournalEntry
 from core.engine.snapshot import state_from_snapshot
 from core.engine.state import SessionState
 from core.engine.time_travel import snapshot_at, system_prompt_of
-from core.errors import NotFound
+from core.errors import NotFound, TurnstileError
 from core.sessions.manager import SessionManager
 from schemas.time_travel import HeaderSource, StateAtOut, StateAtRequest, StateVersionOut, StateVersionsRequest
 from schemas.wire import Checkpoint, Page
+
+log = logging.getLogger(__name__)
 
 LastCheckpoint = Callable[[str], Awaitable[tuple[int, bytes] | None]]
 """The session's newest checkpoint as (stream sequence, payload), or None (``Publisher.last_checkpoint``)."""
@@ -53,10 +56,14 @@ def operations(
         """The session's header state, its system prompt, and where they came from."""
         last = await last_checkpoint(session_id)
         if last is not None:
-            checkpoint = Checkpoint.model_validate(orjson.loads(last[1]))
-            prompt = system_prompt_of(checkpoint.snapshot)
-            if checkpoint.generation == generation and prompt is not None:
-                return state_from_snapshot(checkpoint.snapshot), prompt, "checkpoint"
+            try:
+                checkpoint = Checkpoint.model_validate(orjson.loads(last[1]))
+                prompt = system_prompt_of(checkpoint.snapshot)
+                if checkpoint.generation == generation and prompt is not None:
+                    return state_from_snapshot(checkpoint.snapshot), prompt, "checkpoint"
+            except (ValueError, TurnstileError) as exc:  # as a load does: an unreadable one is passed over
+                log.warning("session %s: unreadable checkpoint at %d (%r); header from options", session_id,
+                            last[0], exc)
         fresh = await opener.open(session_id, None, generation=generation, chat=chat_of(manager, session_id, None),
                                   new=True)  # nothing is read or written: a fresh state from options
         fresh.bind_work(work_of(manager, session_id))

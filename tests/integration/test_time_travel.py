@@ -175,3 +175,19 @@ async def test_turnstile_replay_state_lists_the_steps_and_prints_the_state_at_on
     assert state["state_version"] == len(steps) and state["snapshot"]["status"] == "idle"
     past = await turnstile("replay", "state", "-s", sid, "--at", str(len(steps) + 1), settings=settings)
     assert past.code != 0 and "not_found" in past.stderr and "Traceback" not in past.stderr
+
+
+async def test_without_a_readable_checkpoint_the_header_comes_from_the_options_a_load_would_use(
+    service: TurnstileService, nc: Client, subjects: Subjects
+) -> None:
+    sid = f"tt-opt-{uuid.uuid4().hex[:8]}"
+    await _turns(service, nc, subjects, sid, [TOOL_TURN, "two"])
+    [*_, last] = [c async for c in replay(nc.jetstream(), subjects, sid, "checkpoints")]
+    version = last.data["state_version"]
+    js = nc.jetstream()
+    await js.purge_stream(subjects.checkpoint_stream, subject=subjects.checkpoint(sid))
+    got = await _ok(nc, subjects, "state_at", {"session_id": sid, "state_version": version})
+    assert got["header_from"] == "options" and got["snapshot"] == last.data["snapshot"]
+    await js.publish(subjects.checkpoint(sid), b"not a checkpoint")  # unreadable: passed over, as a load does
+    got = await _ok(nc, subjects, "state_at", {"session_id": sid, "state_version": version})
+    assert got["header_from"] == "options" and got["snapshot"] == last.data["snapshot"]
