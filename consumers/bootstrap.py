@@ -221,6 +221,7 @@ def bootstrap(
         clear_history=history.clear,
         max_payload_bytes=lambda: broker.connection.max_payload,
         time_zone=tz,
+        last_checkpoint=publisher.last_checkpoint,
     )
     return Runtime(
         settings=s, subjects=subjects, connections=connections, metrics=metrics, publisher=publisher,

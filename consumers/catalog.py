@@ -18,6 +18,7 @@ from consumers.control_parts import ControlParts
 from consumers.paging import reply_budget
 from consumers.rendering import rendering
 from consumers.session_operations import other_operations, session_operations
+from consumers.state_operations import operations as state_operations
 from consumers.turn_operations import operations as turn_operations
 
 
@@ -46,7 +47,8 @@ def control_operations(parts: ControlParts) -> list[Operation]:
     names = {(op.resource, op.verb) for op in own}
     extra = []
     for op in [*turn_operations(parts.actors, parts.manager, parts.opener),
-               *answer_operations(parts.manager, parts.opener)]:
+               *answer_operations(parts.manager, parts.opener),
+               *state_operations(parts.manager, parts.opener, parts.last_checkpoint, budget_bytes)]:
         if (op.resource, op.verb) in names:
             raise RuntimeError(f"control operation {op.resource}.{op.verb} is defined twice")
         names.add((op.resource, op.verb))

@@ -11,7 +11,18 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import typer
 
-from consumers.cli_support import EXIT_REFUSED, Cli, connected, err, fail, out, run, until_stopped
+from consumers.cli_support import (
+    EXIT_REFUSED,
+    Cli,
+    connected,
+    err,
+    fail,
+    out,
+    request,
+    result_of,
+    run,
+    until_stopped,
+)
 from consumers.cli_time import parse_since
 from schemas.tokens import decode_sid, encode_sid
 
@@ -211,18 +222,47 @@ async def _replay(cli: Cli, what: str, session_id: str, from_seq: int | None, si
     return 0
 
 
+async def _replay_state(cli: Cli, session_id: str, at: int | None) -> int:
+    """Time travel (``session.state_versions`` / ``session.state_at``): the journaled steps, or the state at one."""
+    async with connected(cli) as nc:
+        if at is not None:
+            out(orjson.dumps(await result_of(nc, cli, "session.state_at",
+                                             {"session_id": session_id, "state_version": at})).decode())
+            return 0
+        cursor: str | None = None
+        while True:
+            body: dict[str, Any] = {"session_id": session_id, **({"cursor": cursor} if cursor else {})}
+            reply = await request(nc, cli, "session.state_versions", body)
+            if not reply.get("ok"):
+                error = reply.get("error") or {}
+                fail(f"session.state_versions: {error.get('code', 'error')}: {error.get('message', '')}", EXIT_REFUSED)
+            for step in reply.get("result") or []:
+                out(orjson.dumps(step).decode())
+            cursor = reply.get("next_cursor")
+            if cursor is None:
+                return 0
+
+
 def replay_command(
     ctx: typer.Context,
-    what: str = typer.Argument(..., metavar="events|checkpoints", help="which stream"),
+    what: str = typer.Argument(..., metavar="events|checkpoints|state", help="which stream, or the journal's states"),
     session: str = typer.Option(..., "--session", "-s", help="session id"),
     from_seq: int | None = typer.Option(None, "--from-seq", min=1, help="start at this stream sequence"),
     since: str | None = typer.Option(None, "--since", help="start at this time: ISO 8601 (naive = UTC) or 15m, 2h, 1d back"),
     follow: bool = typer.Option(False, "--follow", "-f", help="keep printing what arrives until Ctrl-C"),
+    at: int | None = typer.Option(None, "--at", min=1, help="state: the complete snapshot at this state version"),
 ) -> None:
-    """Print a session's events or checkpoints from JetStream, one JSON object a line."""
+    """Print a session's events or checkpoints from JetStream, one JSON object a line; ``state``: the
+    journaled steps of its current generation (state versions), or with ``--at N`` its snapshot at one."""
     cli: Cli = ctx.obj
+    if what == "state":
+        if from_seq is not None or since is not None or follow:
+            raise typer.BadParameter("state takes --at N only (no --from-seq, --since, --follow)", param_hint="state")
+        raise typer.Exit(run(cli, lambda c: _replay_state(c, session, at)))
+    if at is not None:
+        raise typer.BadParameter("--at is for replay state", param_hint="--at")
     if what not in ("events", "checkpoints"):
-        raise typer.BadParameter(f"{what!r} is not events or checkpoints", param_hint="events|checkpoints")
+        raise typer.BadParameter(f"{what!r} is not events, checkpoints or state", param_hint="events|checkpoints|state")
     start = _since(since)
     if start is not None and from_seq is not None:
         raise typer.BadParameter("give --from-seq or --since, not both", param_hint="--since")

@@ -15,6 +15,10 @@ from consumers.session_opener import SessionOpener
 from core.sessions.manager import SessionManager
 
 
+async def _no_checkpoint(session_id: str) -> tuple[int, bytes] | None:
+    return None
+
+
 @dataclass(frozen=True)
 class ControlParts:
     """The running parts behind the control API."""
@@ -25,3 +29,4 @@ class ControlParts:
     clear_history: Callable[[str], Awaitable[bool]]
     max_payload_bytes: Callable[[], int]  # the connected server's limit, read when a list is paged
     time_zone: tzinfo
+    last_checkpoint: Callable[[str], Awaitable[tuple[int, bytes] | None]] = _no_checkpoint  # time travel's header

@@ -36,10 +36,11 @@ WIRE_MODELS: dict[str, type[BaseModel]] = {
 def json_schemas() -> dict[str, dict[str, object]]:
     """Name → JSON Schema for every wire model and every control request (``api.<resource>.<verb>``)."""
     from schemas.control import CONTROL_REQUESTS
+    from schemas.time_travel import TIME_TRAVEL_MODELS
     from schemas.turns_control import TURNS_CONTROL_MODELS
 
     schemas = {name: model.model_json_schema() for name, model in WIRE_MODELS.items()}
-    for op, model in {**CONTROL_REQUESTS, **TURNS_CONTROL_MODELS}.items():
+    for op, model in {**CONTROL_REQUESTS, **TURNS_CONTROL_MODELS, **TIME_TRAVEL_MODELS}.items():
         schemas[f"api.{op}"] = model.model_json_schema()
     return schemas
 

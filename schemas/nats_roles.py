@@ -28,6 +28,7 @@ READ_ONLY_VERBS: tuple[str, ...] = (
     "session.get", "session.list", "session.children", "session.generation", "take.check",
     "place.of", "place.get", "place.list", "workspace.list", "platform.list",
     "knowledge.get", "knowledge.list", "object.resolve", "answer.lookup",
+    "session.state_versions", "session.state_at",
 )
 """Control verbs that change nothing: the observer may call these and no others."""
 

@@ -219,7 +219,8 @@ function renderTimeline(sessionId, body) {
     onclick: c.view, onkeydown: (event) => { if (event.key === "Enter") c.view(); },
   }, el("td", {}, c.seq === null ? "live" : String(c.seq)), el("td", {}, c.transition || ""),
   el("td", {}, String(c.state_version ?? "")), el("td", {}, bytes(c.size_bytes)), el("td", {}, clock(c.at)))));
-  $("checkpoint-note").textContent = `the stream keeps the last ${body.kept_per_session}; more are kept here while the page is open`;
+  $("checkpoint-note").textContent = `the stream keeps the last ${body.kept_per_session}; more are kept here while the page is open; `
+    + `any step, from the journal: turnstile replay state -s ${sessionId} [--at N] (session.state_at)`;
 }
 
 function addLiveCheckpoint(item) {

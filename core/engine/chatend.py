@@ -161,3 +161,8 @@ def _render_block(msg: dict[str, Any]) -> str:
     for call in msg.get("tool_calls", []):
         lines.append(f"-> call {call['id']} {call['name']} {_args_text(call['arguments'])}")
     return "\n".join(lines)
+
+
+def project_transcript(transcript: list[TranscriptItem]) -> list[dict[str, Any]]:
+    """``project_messages`` without the memo: for a transcript no live session holds (time travel)."""
+    return [message for item in transcript for message in _project_item(item)]

@@ -117,6 +117,11 @@ async def test_the_service_works_under_its_own_user_and_each_role_does_its_job(
     assert "turn.ended" in events
     checkpoints = [item async for item in replay(observer.jetstream(), SUBJECTS, sid, "checkpoints")]
     assert checkpoints
+    # Time travel is a read: the observer gets the state at a kept checkpoint's version, equal to it.
+    version = checkpoints[-1].data["state_version"]
+    state = await observer.request(SUBJECTS.api("session", "state_at"),
+                                   orjson.dumps({"session_id": sid, "state_version": version}), timeout=10)
+    assert orjson.loads(state.data)["result"]["snapshot"] == checkpoints[-1].data["snapshot"]
     assert observer_errors == []
 
 
