@@ -24,6 +24,7 @@ from consumers.metrics import Metrics
 from consumers.nats_connect import broker_options, connect_options
 from consumers.observability import observability_routes
 from consumers.operations import control_operations
+from consumers.partitioned import PartitionedInbound
 from consumers.publisher import Publisher
 from consumers.retry_policy import TurnRetryPolicy
 from consumers.settings import Settings, service_time_zone
@@ -57,6 +58,7 @@ class TurnstileService:
         self.actors: ActorRegistry | None = None
         self.inbound: InboundLoop | None = None
         self.lease: OwnershipLease | None = None
+        self.partitioned: PartitionedInbound | None = None  # TURNSTILE_PARTITIONS > 1
         self.committer: GroupCommitter | None = None
         self.lost = asyncio.Event()
         # Health, metrics and the inspector register their routes on it before start().
@@ -111,9 +113,17 @@ class TurnstileService:
         stale = await self.engines.clear_stale()
         if stale:
             log.info("removed %d journal rows of deleted sessions or superseded generations", stale)
+        partitioned = s.partitions > 1
+        if partitioned and not s.database_url.startswith("sqlite"):
+            # The prefix lease only serialised migrations and stream set-up: partition leases rule now.
+            await self.lease.release()
         turn_slots = asyncio.Semaphore(s.max_concurrent_turns)
         retry = TurnRetryPolicy(s.turn_retry_attempts, s.turn_retry_max_backoff_s)
         still_owner = self.lease.still_ours
+
+        def owner_check(session_id: str) -> Any:
+            return self.partitioned.still_owner(session_id) if self.partitioned is not None else still_owner
+
         self.actors = ActorRegistry(
             lambda sid: TurnRunner(
                 sid,
@@ -124,7 +134,7 @@ class TurnstileService:
                 turn_slots=turn_slots,
                 mid_turn_policy=s.mid_turn_policy,
                 retry=retry,
-                still_owner=still_owner,
+                still_owner=owner_check(sid),
                 metrics=self.metrics,
                 failure_reply=s.provider_failure_reply,
             ),
@@ -134,6 +144,12 @@ class TurnstileService:
             build_router(self.subjects, control_operations(self), max_request_bytes=s.max_request_bytes)
         )
         await self.broker.start()
+        if partitioned:
+            self.partitioned = PartitionedInbound(self, self._partition_loop)
+            await self.partitioned.start()
+            self._started = True
+            self._set_role("owner")
+            return
         # Messages staged but unfinished before a stop or crash go back to their actors, in order.
         for staged in await self.inbox.pending():
             await self.actors.deliver(staged, InboundMessage.model_validate(orjson.loads(staged.payload)))
@@ -161,6 +177,15 @@ class TurnstileService:
         self._started = True
         self._set_role("owner")
 
+    def _partition_loop(self, consumer_name: str, fence: Any) -> InboundLoop:
+        assert self.js is not None and self.publisher is not None and self.inbox is not None
+        assert self.engines is not None and self.actors is not None
+        return InboundLoop(
+            self.js, self.settings, self.subjects, self.publisher,
+            ManagerRecorder(self.manager, on_created=self.engines.mark_new), self.inbox, self.actors.deliver,
+            metrics=self.metrics, consumer_name=consumer_name, fence=fence,
+        )
+
     def _set_role(self, role: str) -> None:
         self.role = role
         self.metrics.set_ownership(role)
@@ -170,6 +195,8 @@ class TurnstileService:
         log.warning("fenced: ownership lost, stopped fetching and cancelled running turns (they stay staged)")
         self._set_role("fenced")
         self.lost.set()
+        if self.partitioned is not None:
+            asyncio.get_running_loop().create_task(self.partitioned.stop_fetching())
         if self.inbound is not None:
             # Stage nothing more: what is in flight is redelivered to the new owner.
             asyncio.get_running_loop().create_task(self.inbound.stop(drain_timeout_s=0))
@@ -210,6 +237,8 @@ class TurnstileService:
     async def stop(self) -> None:
         """Stop fetching, let running turns finish (bounded), flush, close connections."""
         self._set_role("stopping")
+        if self.partitioned is not None:
+            await self.partitioned.stop_fetching()
         if self.inbound is not None:
             await self.inbound.stop()
         if self.actors is not None:
@@ -220,6 +249,8 @@ class TurnstileService:
             except Exception as exc:
                 log.warning("flushing the inbox: %r", exc)
         # Draining has ended and the inbox is flushed: hand ownership over at once.
+        if self.partitioned is not None:
+            await self.partitioned.release()
         if self.lease is not None and not self.lost.is_set():
             await self.lease.release()
             log.info("ownership released")

@@ -13,9 +13,11 @@ from nats.js.api import (
     RetentionPolicy,
     StorageType,
     StreamConfig,
+    SubjectTransform,
 )
 from nats.js.errors import NotFoundError
 
+from consumers.partitions import inbound_transform, partition_consumer, partition_filters
 from consumers.settings import Settings
 from schemas.subjects import Subjects
 
@@ -31,6 +33,10 @@ def stream_configs(settings: Settings, subjects: Subjects) -> list[StreamConfig]
             subjects=[subjects.inbound_all],
             max_age=settings.inbound_max_age_s,
             duplicate_window=settings.duplicate_window_s,
+            subject_transform=(
+                SubjectTransform(**inbound_transform(subjects, settings.partitions))
+                if settings.partitions > 1 else None
+            ),
             **common,
         ),
         StreamConfig(
@@ -58,9 +64,12 @@ def stream_configs(settings: Settings, subjects: Subjects) -> list[StreamConfig]
     ]
 
 
-def inbound_consumer_config(settings: Settings) -> ConsumerConfig:
+def inbound_consumer_config(
+    settings: Settings, name: str | None = None, filter_subjects: list[str] | None = None
+) -> ConsumerConfig:
     return ConsumerConfig(
-        durable_name=settings.consumer_name,
+        durable_name=name or settings.consumer_name,
+        filter_subjects=filter_subjects,
         ack_policy=AckPolicy.EXPLICIT,
         deliver_policy=DeliverPolicy.ALL,
         ack_wait=settings.ack_wait_s,
@@ -80,4 +89,16 @@ async def ensure_streams(js: JetStreamContext, settings: Settings, subjects: Sub
             log.info("created stream %s", config.name)
         else:
             await js.update_stream(config)
-    await js.add_consumer(subjects.inbound_stream, inbound_consumer_config(settings))
+    if settings.partitions <= 1:
+        await js.add_consumer(subjects.inbound_stream, inbound_consumer_config(settings))
+        return
+    for partition in range(settings.partitions):
+        await ensure_partition_consumer(js, settings, subjects, partition)
+
+
+async def ensure_partition_consumer(js: JetStreamContext, settings: Settings, subjects: Subjects, partition: int) -> None:
+    """Partition ``partition``'s durable pull consumer (one per partition; see consumers/partitions.py)."""
+    name = partition_consumer(settings.consumer_name, partition)
+    await js.add_consumer(
+        subjects.inbound_stream, inbound_consumer_config(settings, name, partition_filters(subjects, partition))
+    )

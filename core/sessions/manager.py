@@ -103,6 +103,12 @@ class SessionManager:
             async with self._writer.mutation():
                 await self._writer.apply(StoreChange(places=(default_workspace_place(self._writer.now()),)))
 
+    async def reload(self) -> None:
+        """Read every record again: another process sharing the store may have written them
+        (partitioned ownership: sessions taken over from another process)."""
+        async with self._writer.mutation():
+            self._table.load(await self._repository.load())
+
     def set_clear_session_data(self, hook: ClearSessionData | None) -> None:
         """Register the hook that clears a deleted session's history and per-session data."""
         self._clear_session_data = hook
