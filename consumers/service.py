@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from consumers.actors import ActorRegistry
 from consumers.api import build_router
 from consumers.connect import wait_for_broker
+from consumers.control_routing import ControlRouter
 from consumers.http_server import HttpServer
 from consumers.inbound import InboundLoop
 from consumers.inflight import recover_inflight
@@ -59,6 +60,7 @@ class TurnstileService:
         self.inbound: InboundLoop | None = None
         self.lease: OwnershipLease | None = None
         self.partitioned: PartitionedInbound | None = None  # TURNSTILE_PARTITIONS > 1
+        self.control_router: ControlRouter | None = None  # with it: requests run where their session is owned
         self.committer: GroupCommitter | None = None
         self.lost = asyncio.Event()
         # Health, metrics and the inspector register their routes on it before start().
@@ -140,12 +142,16 @@ class TurnstileService:
             ),
             idle_s=s.actor_idle_s,
         )
-        self.broker.include_router(
-            build_router(self.subjects, control_operations(self), max_request_bytes=s.max_request_bytes)
-        )
+        operations = control_operations(self)
+        if partitioned:
+            self.control_router = ControlRouter(self)
+            operations = self.control_router.wrap(operations)
+        self.broker.include_router(build_router(self.subjects, operations, max_request_bytes=s.max_request_bytes))
         await self.broker.start()
         if partitioned:
             self.partitioned = PartitionedInbound(self, self._partition_loop)
+            assert self.control_router is not None
+            await self.control_router.serve()
             await self.partitioned.start()
             self._started = True
             self._set_role("owner")
@@ -231,7 +237,10 @@ class TurnstileService:
         return True
 
     async def _clear_session_data(self, session_id: str) -> None:
-        """SM-21: after session.deleted, the deleted session's history and checkpoints go."""
+        """SM-21: after session.deleted, the deleted session's history and checkpoints go
+        (by the worker that owns the session, when partitioned)."""
+        if self.control_router is not None and await self.control_router.clear_elsewhere(session_id) is not None:
+            return
         await self.clear_history(session_id)
 
     async def stop(self) -> None:
@@ -239,6 +248,8 @@ class TurnstileService:
         self._set_role("stopping")
         if self.partitioned is not None:
             await self.partitioned.stop_fetching()
+        if self.control_router is not None:
+            await self.control_router.close()
         if self.inbound is not None:
             await self.inbound.stop()
         if self.actors is not None:

@@ -83,6 +83,14 @@ class Subjects:
     def api_all(self) -> str:
         return f"{self.prefix}.api.>"
 
+    def relay(self, member: str) -> str:
+        """Control requests forwarded to the process owning a session's partition (partitioned ownership)."""
+        return f"{self.prefix}.relay.{member}"
+
+    @property
+    def relay_all(self) -> str:
+        return f"{self.prefix}.relay.>"
+
     # -- streams ---------------------------------------------------------------
     @property
     def stream_prefix(self) -> str:

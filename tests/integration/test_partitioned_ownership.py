@@ -13,12 +13,14 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import orjson
 import pytest
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 
 from consumers.settings import Settings
 from schemas.subjects import Subjects
-from tests.integration.harness import inbound, publish_inbound, wait_for
+from tests.integration.harness import api, inbound, publish_inbound, wait_for
 from tests.integration.partition_helpers import (
     PARTITIONS,
     outbound_count,
@@ -187,6 +189,110 @@ async def _all_held_by(nc: Client, subjects: Subjects, owner: int) -> bool:
 
 
 def orjson_text(raw: bytes) -> str:
-    import orjson
-
     return str(orjson.loads(raw)["text"])
+
+
+async def _answers(nc: Client, subjects: Subjects, resource: str, verb: str, body: dict[str, object], times: int) -> list[bytes]:
+    # The API's queue group hands each request to one worker at random: 16 requests reach both
+    # workers (all to one has probability 2^-15).
+    return [
+        (await nc.request(subjects.api(resource, verb), orjson.dumps(body), timeout=10)).data for _ in range(times)
+    ]
+
+
+@pytest.mark.timeout(120)
+async def test_the_control_api_answers_the_same_from_every_worker(
+    pg_settings: Settings, tmp_path: Path, nc: Client, subjects: Subjects, stop_all: list[ServiceProcess]
+) -> None:
+    a, b = worker(pg_settings, tmp_path, "a"), worker(pg_settings, tmp_path, "b")
+    await start_workers(nc, stop_all, a, b)
+    shares = await shared_by(nc, subjects, a, b)
+    sids = sessions_in(shares[pid(a)], 2, "a") + sessions_in(shares[pid(b)], 2, "b")
+    replies = await reply_collectors(nc, subjects, sids)
+    for sid in sids:
+        await publish_inbound(nc, subjects, inbound(sid, "file me"))
+    for sid in sids:
+        await wait_for(lambda sid=sid: replies[sid].messages, timeout_s=30, what=f"the reply of {sid}")
+    for sid in sids:
+        for resource, verb in (("session", "get"), ("session", "generation"), ("place", "of")):
+            answers = await _answers(nc, subjects, resource, verb, {"session_id": sid}, 16)
+            assert orjson.loads(answers[0])["ok"], answers[0]
+            assert len(set(answers)) == 1, (resource, verb, sid, set(answers))
+    listed = await _answers(nc, subjects, "session", "list", {}, 16)
+    assert len(set(listed)) == 1
+    assert {s["id"] for s in orjson.loads(listed[0])["result"]} >= set(sids)
+    # A write acting on a session's running state, from either worker, reaches its owner.
+    for sid in sids:
+        for _ in range(4):
+            interrupted = await api(nc, subjects, "session", "interrupt", {"session_id": sid})
+            assert interrupted["ok"] and interrupted["result"]["session_id"] == sid, interrupted
+    missing = await _answers(nc, subjects, "session", "get", {"session_id": "no-such-session"}, 8)
+    assert {orjson.loads(m)["error"]["code"] for m in missing} == {"not_found"}
+
+
+@pytest.mark.rule("SM-21")
+@pytest.mark.timeout(180)
+async def test_deleting_a_subtree_spread_over_two_workers_answers_nothing_of_it_afterwards(
+    pg_settings: Settings, tmp_path: Path, nc: Client, subjects: Subjects, stop_all: list[ServiceProcess]
+) -> None:
+    a, b = worker(pg_settings, tmp_path, "a"), worker(pg_settings, tmp_path, "b")
+    await start_workers(nc, stop_all, a, b)
+    shares = await shared_by(nc, subjects, a, b)
+    parent, child = sessions_in(shares[pid(a)], 1, "parent")[0], sessions_in(shares[pid(b)], 1, "child")[0]
+    seen: list[tuple[str, str, dict[str, object]]] = []  # (kind, session, body) in arrival order
+
+    async def record(msg: Msg) -> None:
+        body = orjson.loads(msg.data)
+        kind = "reply" if ".outbound." in msg.subject else str(body.get("type"))
+        seen.append((kind, str(body.get("session_id") or body.get("data", {}).get("id")), body))
+
+    for sid in (parent, child):
+        await nc.subscribe(subjects.outbound("cli", sid), cb=record)
+        await nc.subscribe(subjects.event(sid, "session.deleted"), cb=record)
+    await nc.flush()
+    await publish_inbound(nc, subjects, inbound(parent, "root"))
+    await wait_for(lambda: any(k == "reply" for k, _, _ in seen), timeout_s=30, what="the parent's first reply")
+    created = await api(nc, subjects, "session", "create_child", {"parent_id": parent, "fields": {"id": child}})
+    assert created["ok"], created
+
+    streaming = True
+
+    async def stream() -> None:
+        i = 0
+        while streaming:
+            for sid in (parent, child):
+                await publish_inbound(nc, subjects, inbound(sid, f"/stall 0.3\nm{i}"))
+            i += 1
+            await asyncio.sleep(0.05)  # pacing the publisher, not waiting for an outcome
+
+    streamer = asyncio.create_task(stream())
+    try:
+        await wait_for(
+            lambda: {s for k, s, _ in seen if k == "reply"} == {parent, child}, timeout_s=30,
+            what="both sessions answering",
+        )
+        deleted = await api(nc, subjects, "session", "delete", {"session_id": parent})
+        assert deleted["ok"], deleted
+        await wait_for(
+            lambda: {s for k, s, _ in seen if k == "session.deleted"} == {parent, child}, timeout_s=30,
+            what="both deletions",
+        )
+    finally:
+        streaming = False
+        await streamer
+    old = {sid: next(int(b["generation"]) for k, s, b in seen if k == "reply" and s == sid)  # type: ignore[arg-type]
+           for sid in (parent, child) if any(k == "reply" and s == sid for k, s, _ in seen)}
+    await wait_for(lambda: _quiet(seen), timeout_s=60, what="the last replies")
+    for sid in (parent, child):
+        deleted_at = next(i for i, (k, s, _) in enumerate(seen) if k == "session.deleted" and s == sid)
+        late = [b for k, s, b in seen[deleted_at:] if k == "reply" and s == sid and b["generation"] == old.get(sid)]
+        assert late == [], f"{sid} answered in its deleted generation after session.deleted: {late}"
+
+
+def _quiet(seen: list[tuple[str, str, dict[str, object]]], _state: dict[str, object] = {}) -> bool:
+    """True once no message arrived for a second (polled by wait_for)."""
+    now = time.monotonic()
+    if _state.get("count") != len(seen):
+        _state["count"], _state["since"] = len(seen), now
+        return False
+    return now - float(_state["since"]) >= 1.0  # type: ignore[arg-type]
