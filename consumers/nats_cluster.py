@@ -21,6 +21,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from consumers.nats_server import NatsServer, NatsServerError, free_port
 
@@ -125,7 +126,7 @@ class NatsCluster:
             if len(leaders) == 1 and "" not in leaders:
                 leader = leaders.pop()
                 leader_view = next(
-                    (view for node, view in zip(running, views) if node.name == leader and view), None,
+                    (view for node, view in zip(running, views, strict=True) if node.name == leader and view), None,
                 )
                 if leader_view is not None:
                     replicas = leader_view["meta_cluster"].get("replicas") or []
@@ -138,8 +139,8 @@ class NatsCluster:
             await asyncio.sleep(_POLL_S)
         raise NatsClusterError(f"cluster {self.name!r} did not form within {timeout_s}s ({last})")
 
-    async def _jsz(self, node: ClusterNode) -> dict[str, object] | None:
-        def get() -> dict[str, object] | None:
+    async def _jsz(self, node: ClusterNode) -> dict[str, Any] | None:
+        def get() -> dict[str, Any] | None:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{node.monitor_port}/jsz", timeout=1) as answer:
                     return dict(json.loads(answer.read()))
