@@ -62,6 +62,7 @@ class NatsCluster:
     name: str = "turnstile"
     config: Path | None = None
     env: dict[str, str] | None = None
+    base_port: int = 0  # client ports base_port, base_port+1, ... (0: free ports)
     nodes: list[ClusterNode] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -92,7 +93,7 @@ class NatsCluster:
         if not self.nodes:
             self.nodes = [
                 ClusterNode(
-                    name=f"{self.name}-n{i + 1}", port=free_port(), cluster_port=free_port(),
+                    name=f"{self.name}-n{i + 1}", port=self.base_port + i if self.base_port else free_port(), cluster_port=free_port(),
                     monitor_port=free_port(), store_dir=self.store_root / f"n{i + 1}",
                 )
                 for i in range(self.size)
