@@ -9,7 +9,7 @@ request. With ``TURNSTILE_PARTITIONS`` > 1:
   ``<prefix>.relay.<member>`` to the owner named by the partition lease and returns the owner's
   reply unchanged (same result, same error codes, the events published by the owner);
 - every other operation (lists, places, workspaces, platforms) is answered by the receiving
-  worker from the store, read afresh first (other workers write it too);
+  worker from its records, which the store's change feed keeps current (consumers/shared_state.py);
 - deleting a subtree whose sessions other workers own (SM-21 across processes): before the
   deletion is written, each owner stops the session's running turn and holds its actor
   (``hold``); after ``session.deleted``, the owner reads the records again (the new generation)
@@ -96,8 +96,7 @@ class ControlRouter:
             if op.name in ("session.create", "session.create_child"):
                 _give_id(request)
             key = routing_key(op, request)
-            if key is None:
-                await self._service.manager.reload()  # other workers write the store too
+            if key is None:  # the store's change feed keeps this worker's records current
                 return await op.call(request)
             if partitioned.owns_session(key):
                 return await self._run_here(op, request)
@@ -106,8 +105,8 @@ class ControlRouter:
         return call
 
     async def _run_here(self, op: Operation, request: BaseModel) -> Any:
-        await self._service.manager.reload()
         if op.name == "session.delete":
+            await self._service.manager.reload()  # the whole subtree, children other workers filed included
             return await self._delete_here(op, request)
         return await op.call(request)
 

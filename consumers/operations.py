@@ -79,6 +79,7 @@ from schemas.control import (
 
 if TYPE_CHECKING:
     from consumers.service import TurnstileService
+    from consumers.shared_state import SharedState
 
 log = logging.getLogger(__name__)
 
@@ -166,9 +167,20 @@ def rendering(service: TurnstileService) -> Rendering:
     )
 
 
+def shared_of(service: TurnstileService) -> Callable[[], SharedState]:
+    """The service's shared records (set in start(), before any operation is served)."""
+
+    def shared() -> SharedState:
+        assert service.shared is not None
+        return service.shared
+
+    return shared
+
+
 def session_operations(service: TurnstileService) -> list[Operation]:
     """session.*: create, create_child, ensure, get, list, children, update, title, complete, delete, …"""
     render = rendering(service)
+    shared = shared_of(service)
 
     def manager() -> SessionManager:
         m: SessionManager = service.manager
@@ -188,6 +200,7 @@ def session_operations(service: TurnstileService) -> list[Operation]:
         given_parent = fields.pop("parent_id", None)
         if given_parent is not None and given_parent != req.parent_id:
             raise InvalidInput("fields.parent_id differs from parent_id")
+        await shared().read_through(req.parent_id)
         return render.session(await manager().create_child_session(req.parent_id, fields))
 
     async def ensure(req: SessionEnsureRequest) -> SessionOut:
@@ -195,9 +208,11 @@ def session_operations(service: TurnstileService) -> list[Operation]:
         given_id = fields.pop("id", None)
         if given_id is not None and given_id != req.session_id:
             raise InvalidInput("fields.id differs from session_id")
+        await shared().read_through(req.session_id)
         return render.session(await manager().ensure_session(req.session_id, fields, _creation(req.creation)))
 
     async def get(req: SessionIdRequest) -> SessionOut:
+        await shared().read_through(req.session_id)
         return render.session(existing(req.session_id))
 
     def paged(records: list[SessionRecord], req: PageRequest) -> Page[SessionOut]:
@@ -275,6 +290,7 @@ def session_operations(service: TurnstileService) -> list[Operation]:
 def other_operations(service: TurnstileService) -> list[Operation]:
     """memory.clear, take.check, place.*, workspace.*, platform.*."""
     render = rendering(service)
+    shared = shared_of(service)
 
     def manager() -> SessionManager:
         m: SessionManager = service.manager
@@ -298,12 +314,14 @@ def other_operations(service: TurnstileService) -> list[Operation]:
 
     async def take_check(req: TakeCheckRequest) -> TakeVerdictOut:
         who = Principal(req.principal.platform, req.principal.user_id) if req.principal is not None else None
+        await shared().read_through(req.current_id, req.target_id)
         verdict = manager().can_take(req.current_id, req.target_id, who)
         reason = render.label(verdict.reason) if verdict.reason is not None else None
         return TakeVerdictOut(ok=verdict.ok, reason=reason)
 
     async def place_of(req: SessionIdRequest) -> PlaceOfOut:
         m = manager()
+        await shared().read_through(req.session_id)
         where = m.place_of(req.session_id)
         record = m.get_place(where.key)
         place = render.place(record) if record is not None else None
@@ -347,11 +365,11 @@ def other_operations(service: TurnstileService) -> list[Operation]:
             claims=tuple(req.claims),
             chat_scopes=dict(req.chat_scopes),
         )
-        manager().registry.register(instance)
+        await shared().register_platform(instance)  # persisted: every process and a restart see it
         return _instance_out(instance)
 
     async def platform_unregister(req: PlatformUnregisterRequest) -> PlatformUnregisteredOut:
-        existed = manager().registry.unregister(req.instance_id)
+        existed = await shared().unregister_platform(req.instance_id)
         if not existed:
             raise NotFound(f"adapter instance {req.instance_id!r} is not registered")
         return PlatformUnregisteredOut(instance_id=req.instance_id, existed=True)

@@ -29,6 +29,7 @@ from consumers.partitioned import PartitionedInbound
 from consumers.publisher import Publisher
 from consumers.retry_policy import TurnRetryPolicy
 from consumers.settings import Settings, service_time_zone
+from consumers.shared_state import SharedState, new_origin
 from consumers.startup import EXIT_SETTINGS, StartupError, check_provider, open_database
 from consumers.streams import ensure_streams
 from consumers.turns import TurnRunner
@@ -55,6 +56,7 @@ class TurnstileService:
         self.inbox: SqlInbox | None = None
         self.publisher: Publisher | None = None
         self.manager: Any = None
+        self.shared: SharedState | None = None
         self.engines: EngineSessions | None = None
         self.actors: ActorRegistry | None = None
         self.inbound: InboundLoop | None = None
@@ -107,8 +109,11 @@ class TurnstileService:
         self.engines = EngineSessions(s, self.db, self.committer)
         await self.engines.open_tool_servers()
         self.metrics.meter_tools(self.engines.tools)
-        self.manager = build_manager(s, self.db, self.publisher, self._clear_session_data, self.committer)
+        origin = new_origin()
+        self.manager = build_manager(s, self.db, self.publisher, self._clear_session_data, self.committer, origin)
         await self.manager.start()
+        self.shared = SharedState(self.db, self.manager, origin)  # registrations; other processes' writes
+        await self.shared.start()
         self.engines.take_policy = ManagerTakePolicy(self.manager, service_time_zone(s.time_zone))
         self.engines.generation_of = self.manager.generation_of
         # SM-21: history a crash left behind (between a deletion's record removal and its clear).
@@ -267,6 +272,8 @@ class TurnstileService:
             log.info("ownership released")
         if self.engines is not None:
             await self.engines.close()
+        if self.shared is not None:
+            await self.shared.close()
         if self.committer is not None:
             await self.committer.aclose()
         if self.db is not None:

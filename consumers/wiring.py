@@ -30,11 +30,11 @@ from core.sessions.inbound import ChatScope, IncomingMessage, Sender
 from core.sessions.manager import SessionManager
 from core.sessions.platforms import AdapterInstance, OwnerIdentities, PlatformRegistry
 from core.sessions.ports import ClearSessionData, EventSink
+from core.store.change_feed import NotifyingSessionRepository
 from core.store.committer import GroupCommitter
 from core.store.journal_repo import SqlHistoryJournal
 from core.store.knowledge_repo import SqlKnowledgeStore
 from core.store.lease_repo import SqlFileLeases
-from core.store.session_repo import SqlSessionRepository
 from schemas.wire import InboundMessage
 
 log = logging.getLogger(__name__)
@@ -167,9 +167,10 @@ def build_manager(
     events: EventSink,
     clear_session_data: ClearSessionData,
     committer: GroupCommitter | None = None,
+    origin: str = "",
 ) -> SessionManager:
     return SessionManager(
-        SqlSessionRepository(db, committer),
+        NotifyingSessionRepository(db, committer, origin=origin),  # notifies other processes (PostgreSQL)
         ManagerEvents(events),
         registry=platform_registry(settings),
         owners=owner_identities(settings),
