@@ -42,6 +42,7 @@ from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig, StorageType
 from nats.js.errors import BadRequestError, KeyWrongLastSequenceError, NotFoundError
 from nats.js.kv import KeyValue
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from consumers.lease import new_owner_id
 from consumers.partitions import fair_share
@@ -51,6 +52,7 @@ log = logging.getLogger(__name__)
 # How often free partitions and the member count are looked at (bounds the takeover delay
 # after a lease expires; a sixth of the TTL, at most this).
 BALANCE_EVERY_S = 0.5
+START_PATIENCE_S = 60.0  # joining: how long the buckets may stay unavailable before start-up fails
 MEMBER_TTL_SHARE = 0.5  # the heartbeat's TTL, as a share of the lease TTL
 MEMBER_BEATS_PER_TTL = 3  # heartbeats within one heartbeat TTL
 # A partition counts as ours locally only while its last renewal was sent less than this share of the TTL ago.
@@ -145,8 +147,17 @@ class PartitionOwnership:
         """Join: heartbeat, take a first share (``on_gained`` runs before this returns), keep balancing."""
         # Renewals run on their own task: a long transition (a takeover's recovery) never delays them.
         self._renewer = asyncio.create_task(self._renew_loop(), name="partition-renewal")
-        await self._heartbeat()
-        await self._balance()
+        # A cluster that just created the buckets may not have elected their leaders yet.
+        async for attempt in AsyncRetrying(
+            wait=wait_exponential(multiplier=0.1, max=2.0), stop=stop_after_delay(START_PATIENCE_S), reraise=True,
+            retry=retry_if_exception_type(Exception),
+        ):
+            with attempt:
+                await self._heartbeat()
+        try:
+            await self._balance()
+        except Exception as exc:  # the balancing loop tries again
+            log.warning("taking a first share of the partitions failed (%r); retrying", exc)
         self._task = asyncio.create_task(self._run(), name="partition-ownership")
 
     async def stop(self) -> None:

@@ -34,6 +34,8 @@ async def partition_owners(nc: Client, subjects: Subjects) -> dict[int, int]:
             entry = await kv.get(f"p.{p}")
         except NotFoundError:
             continue
+        except Exception:  # a cluster electing a bucket leader: ask again at the next poll
+            return {}
         if entry.value:
             owners[p] = int(entry.value.decode().split(":")[1])
     return owners
