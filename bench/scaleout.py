@@ -29,6 +29,7 @@ from schemas.subjects import Subjects
 
 SESSIONS = 1000
 WORKER_COUNTS = (1, 2)
+PARTITIONS = 16  # the inbound stream's partition count (TURNSTILE_PARTITIONS)
 STANDBY_MARKER = "standing by"
 PG_URL = os.environ.get("TURNSTILE_BENCH_PG_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/postgres")
 
@@ -52,7 +53,8 @@ async def _workers_run(ctx: BenchContext, workers: int, sessions: int) -> dict[s
     out: dict[str, Any] = {"worker": "turnstile", "turn": "plain", "sessions": sessions, "workers": workers,
                            "database": "postgresql"}
     children: list[Child] = []
-    await ensure_streams(ctx.js, Settings(nats_url=ctx.nats_url, prefix=prefix), subjects)
+    # Partitioned (consumers/partitions.py): every worker serves a share of the sessions.
+    await ensure_streams(ctx.js, Settings(nats_url=ctx.nats_url, prefix=prefix, partitions=PARTITIONS), subjects)
     driver = Driver(ctx.nc, subjects, Meters(ctx.server_meter, ctx.server_meter))
     await driver.attach()
     try:
@@ -62,7 +64,7 @@ async def _workers_run(ctx: BenchContext, workers: int, sessions: int) -> dict[s
         backlog = max(p.drain_messages, sessions)
         await driver.preload(message_plan(sids, backlog, TURN_TEXTS["plain"]))
         env = ServiceConfig(ctx.nats_url, prefix, ctx.work / f"{prefix}.unused.db").env()
-        env.update(TURNSTILE_DATABASE_URL=url, TURNSTILE_HTTP_PORT="0")
+        env.update(TURNSTILE_DATABASE_URL=url, TURNSTILE_HTTP_PORT="0", TURNSTILE_PARTITIONS=str(PARTITIONS))
         # Together: the database schema is migrated by whichever worker starts first.
         children = [Child(["-m", "consumers.cli", "run"], env, ctx.work / f"{prefix}-w{i + 1}.log") for i in range(workers)]
         ready = await wait_until(

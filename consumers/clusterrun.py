@@ -93,6 +93,7 @@ def _worker_env(index: int, node_url: str, passwords: dict[str, str], database_u
     )
     env.setdefault("TURNSTILE_SCRIPTED_DIRECTIVES", "true")  # development mode, as `make run`
     env.setdefault("TURNSTILE_STREAM_REPLICAS", str(NODES))  # every stream on every node: one may die
+    env.setdefault("TURNSTILE_PARTITIONS", "16")  # both workers serve a share (docs/protocol.md#partitioned-ownership)
     http_port = int(os.environ.get("TURNSTILE_HTTP_PORT", "4381"))
     env["TURNSTILE_HTTP_PORT"] = str(http_port + index if http_port else 0)
     return env

@@ -5,11 +5,13 @@ from __future__ import annotations
 import uuid
 
 import orjson
+import pytest
 from nats.aio.client import Client
 
 from consumers.codec import decode_inbound
-from consumers.partitions import partition_of, stored_partition
+from consumers.partitions import fair_share, partition_of, stored_partition
 from consumers.settings import Settings
+from consumers.startup import StartupError
 from consumers.streams import ensure_streams
 from schemas.subjects import Subjects
 from schemas.wire import InboundMessage
@@ -47,3 +49,21 @@ async def test_a_malformed_inbound_subject_is_stored_untransformed_for_the_catch
     assert info.num_pending == 1
     info = await js.consumer_info(subjects.inbound_stream, f"{settings.consumer_name}-p1")
     assert info.num_pending == 0
+
+
+async def test_a_different_partition_count_than_the_stream_was_created_with_is_refused(
+    settings: Settings, nc: Client, subjects: Subjects
+) -> None:
+    js = nc.jetstream()
+    await ensure_streams(js, settings.model_copy(update={"partitions": 4}), subjects)
+    await ensure_streams(js, settings.model_copy(update={"partitions": 4}), subjects)  # the same: fine
+    for other in (1, 8):
+        with pytest.raises(StartupError, match="fixed at creation"):
+            await ensure_streams(js, settings.model_copy(update={"partitions": other}), subjects)
+
+
+def test_every_partition_is_covered_by_the_fair_shares() -> None:
+    for partitions in (1, 2, 7, 16, 64):
+        for members in range(1, 10):
+            assert fair_share(partitions, members) * members >= partitions
+            assert fair_share(partitions, members) - partitions / members < 1
