@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 import uuid
 from typing import Any
 
@@ -45,6 +46,28 @@ async def _admin(sql: str) -> None:
         await conn.close()
 
 
+async def _shared_by(ctx: BenchContext, subjects: Subjects, workers: int, timeout_s: float) -> bool:
+    """Wait until every partition lease is held and ``workers`` processes hold them."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        owners: dict[int, bytes] = {}
+        try:
+            kv = await ctx.js.key_value(f"{subjects.stream_prefix}_PARTITIONS")
+            for p in range(PARTITIONS):
+                try:
+                    entry = await kv.get(f"p.{p}")
+                except Exception:
+                    continue
+                if entry.value:
+                    owners[p] = entry.value
+        except Exception:
+            pass
+        if len(owners) == PARTITIONS and len(set(owners.values())) == workers:
+            return True
+        await asyncio.sleep(0.1)
+    return False
+
+
 async def _workers_run(ctx: BenchContext, workers: int, sessions: int) -> dict[str, Any]:
     p = ctx.profile
     prefix = new_prefix("so")
@@ -73,6 +96,9 @@ async def _workers_run(ctx: BenchContext, workers: int, sessions: int) -> dict[s
         )
         if not ready or any(c.proc.poll() is not None for c in children):
             raise RuntimeError("a worker exited or none became ready: " + children[0].log_text()[-1500:])
+        # Measured once every worker holds its share: the hand-over of a joining worker is not in the figures.
+        if not await _shared_by(ctx, subjects, workers, READY_TIMEOUT_S):
+            raise RuntimeError(f"the partitions were not shared by {workers} workers in time")
         driver.timer.meters = Meters(children[0].meter, ctx.server_meter)
         driver.open_window()
         drain = await driver.measure_drain(sessions, p.drain_timeout_s(backlog))
