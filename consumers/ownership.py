@@ -160,6 +160,14 @@ class PartitionOwnership:
             log.warning("taking a first share of the partitions failed (%r); retrying", exc)
         self._task = asyncio.create_task(self._run(), name="partition-ownership")
 
+    async def stop_balancing(self) -> None:
+        """Shutdown, first step: take and release nothing more; the held leases stay renewed while
+        the caller drains its running turns (they must not expire under it)."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
     async def stop(self) -> None:
         """Stop balancing and renewing; the caller then releases (``release_all``) once its work is flushed."""
         for task in (self._task, self._renewer):

@@ -74,16 +74,24 @@ class PartitionedInbound:
         await self.ownership.start()
 
     async def stop_fetching(self) -> None:
-        """Shutdown, first step: no more balancing, no more fetching (running turns may drain)."""
-        await self.ownership.stop()
+        """Shutdown, first step: no more balancing, no more fetching (running turns may drain, their
+        partitions' leases still renewed)."""
+        await self.ownership.stop_balancing()
         loops, self.loops = self.loops, {}
         await asyncio.gather(*(loop.stop() for loop in loops.values()), return_exceptions=True)
         for sub in self._advisories.values():
             await _quietly(sub.unsubscribe())
         self._advisories.clear()
 
+    async def abandon(self) -> None:
+        """The prefix lease is lost (SQLite: another process owns everything now): stop at once, release nothing."""
+        await self.ownership.stop()
+        self.ownership.held.clear()
+        await self.stop_fetching()
+
     async def release(self) -> None:
         """Shutdown, last step (work drained and flushed): the other processes take the partitions at once."""
+        await self.ownership.stop()
         await self.ownership.release_all()
 
     # -- transitions -------------------------------------------------------------------

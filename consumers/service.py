@@ -207,7 +207,7 @@ class TurnstileService:
         self._set_role("fenced")
         self.lost.set()
         if self.partitioned is not None:
-            asyncio.get_running_loop().create_task(self.partitioned.stop_fetching())
+            asyncio.get_running_loop().create_task(self.partitioned.abandon())
         if self.inbound is not None:
             # Stage nothing more: what is in flight is redelivered to the new owner.
             asyncio.get_running_loop().create_task(self.inbound.stop(drain_timeout_s=0))

@@ -18,6 +18,7 @@ import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
+from consumers.partitions import partition_of
 from consumers.settings import Settings
 from schemas.subjects import Subjects
 from tests.integration.harness import api, inbound, publish_inbound, wait_for
@@ -296,3 +297,43 @@ def _quiet(seen: list[tuple[str, str, dict[str, object]]], _state: dict[str, obj
         _state["count"], _state["since"] = len(seen), now
         return False
     return now - float(_state["since"]) >= 1.0  # type: ignore[arg-type]
+
+
+@pytest.mark.rule("MQ-2")
+@pytest.mark.timeout(120)
+async def test_a_draining_worker_keeps_its_partitions_until_its_turns_finish_then_hands_them_over(
+    pg_settings: Settings, tmp_path: Path, nc: Client, subjects: Subjects, stop_all: list[ServiceProcess]
+) -> None:
+    a, b = worker(pg_settings, tmp_path, "a"), worker(pg_settings, tmp_path, "b")
+    await start_workers(nc, stop_all, a, b)
+    shares = await shared_by(nc, subjects, a, b)
+    sid = sessions_in(shares[pid(a)], 1, "drain")[0]
+    part = partition_of(sid, PARTITIONS)
+    replies = await reply_collectors(nc, subjects, [sid])
+    events: list[str] = []
+
+    async def on_event(msg: Msg) -> None:
+        events.append(str(orjson.loads(msg.data).get("type")))
+
+    await nc.subscribe(subjects.events_of(sid), cb=on_event)
+    await publish_inbound(nc, subjects, inbound(sid, "/stall 4\nslow one"))
+    await wait_for(lambda: "turn.started" in events, timeout_s=30, what="the turn to start")
+    assert a.proc is not None
+    a.proc.send_signal(signal.SIGTERM)  # drains: the running turn may finish (TURNSTILE_DRAIN_TIMEOUT_S 10)
+    owners_seen: list[int | None] = []
+    while a.proc.returncode is None:
+        owners_seen.append((await partition_owners(nc, subjects)).get(part))
+        try:
+            await asyncio.wait_for(asyncio.shield(a.proc.wait()), 0.1)
+        except TimeoutError:
+            pass
+    # Longer than the lease TTL (1.5 s), and still nobody else took the partition while A drained.
+    assert pid(b) not in owners_seen, owners_seen
+    await wait_for(lambda: replies[sid].messages, timeout_s=30, what="the drained turn's reply")
+    await wait_for(lambda: _owner_is(nc, subjects, part, pid(b)), timeout_s=30, what="the hand-over")
+    assert [orjson_text(m.data) for m in replies[sid].messages] == ["echo: slow one"]
+    assert await outbound_count(nc, subjects, sid) == 1
+
+
+async def _owner_is(nc: Client, subjects: Subjects, part: int, owner: int) -> bool:
+    return (await partition_owners(nc, subjects)).get(part) == owner
