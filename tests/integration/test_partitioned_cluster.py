@@ -169,7 +169,6 @@ async def test_on_a_cluster_a_killed_workers_sessions_move_with_nothing_lost_or_
     "staged and is answered later), so per-session order can break; nothing is lost. Fix: the actor checks "
     "the partition's local lease before each item and stops (work stays staged). Passes in most runs.",
 )
-@pytest.mark.rule("MQ-8")
 @pytest.mark.timeout(240)
 async def test_on_a_cluster_killing_a_nats_node_mid_stream_loses_nothing(
     cnc: Client, nats_cluster: NatsCluster, cluster_settings: Settings, workers: list[ServiceProcess]
