@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install browser run test test-unit test-integration test-soak test-faults bench bench-quick bench-profile schemas screenshot clean
+.PHONY: install browser run cluster test test-unit test-integration test-soak test-faults bench bench-quick bench-profile schemas screenshot clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,6 +17,11 @@ install: $(STAMP)
 run: $(STAMP)
 	@mkdir -p var
 	$(BIN)/python -m consumers.devrun
+
+# A 3-node NATS cluster, PostgreSQL (TURNSTILE_DATABASE_URL) and two workers in the foreground (README).
+cluster: $(STAMP)
+	@mkdir -p var
+	$(BIN)/python -m consumers.clusterrun
 
 # Debian's chromium for the inspector's browser test (tests/integration/test_inspector_browser.py);
 # where it cannot be installed (not root, no apt) the test skips and says why.

@@ -29,6 +29,8 @@ from bench import plot, report
 from bench.common import ROOT, ProcessMeter
 from bench.hol import turnstile_hol
 from bench.profiles import PROFILES, Profile
+from bench.scaleout import summary as scaleout_summary
+from bench.scaleout import turnstile_scaleout
 from bench.scenarios import (
     PEER,
     BenchContext,
@@ -48,7 +50,7 @@ from schemas.nats_roles import without_roles
 # Checkpoints kept per session measured beside the default in ``turns20`` (issue 11 item 9).
 CHECKPOINTS_KEPT_VARIANTS = (2, 16, 64)
 # Phases in run order; ``--only`` picks some of them.
-PHASES = ("load", "sync", "turns20", "growth", "hol")
+PHASES = ("load", "sync", "turns20", "growth", "hol", "scaleout")
 
 
 def _say(text: str) -> None:
@@ -169,6 +171,10 @@ async def run_all(
             _say(f"== head-of-line: unrelated sessions while a {profile.hol_children}-child subtree is deleted")
             result["hol"] = await _timed(turnstile_hol(ctx))
             _say(f"  {report.hol_summary(result['hol'])}")
+        if "scaleout" in phases:
+            _say("== scale-out: 1 vs 2 workers at 1,000 sessions on PostgreSQL")
+            result["scaleout"] = await _timed(turnstile_scaleout(ctx))
+            _say(f"  {scaleout_summary(result['scaleout'])}")
     finally:
         await nc.close()
         await server.stop()

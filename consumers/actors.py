@@ -286,6 +286,33 @@ class ActorRegistry:
         while holds := self._holds.get(session_id):
             await holds[-1].wait()
 
+    async def release_sessions(self, owned_elsewhere: Callable[[str], bool]) -> int:
+        """Stop the actors of sessions another process owns now (a lost or handed-over partition).
+
+        Their running items are cancelled and awaited at once and their queued work dropped: all
+        of it stays staged and the new owner replays it; queued commands are refused with
+        ``unavailable``. Returns how many actors were stopped.
+        """
+        actors = [a for sid, a in list(self._actors.items()) if owned_elsewhere(sid)]
+        for a in actors:
+            a.stopping = True
+            while not a.mailbox.empty():
+                _, _, item = a.mailbox.get_nowait()
+                if isinstance(item, Command) and not item.result.done():
+                    item.result.set_exception(Unavailable("this session moved to another process"))
+                a.mailbox.task_done()
+            if a.task is not None:
+                a.task.cancel()
+        await asyncio.gather(*(a.task for a in actors if a.task is not None), return_exceptions=True)
+        for a in actors:
+            if self._actors.get(a.session_id) is a:
+                del self._actors[a.session_id]
+            try:
+                await a.runner.release()
+            except Exception as exc:
+                log.warning("session %s: releasing after the hand-over failed: %r", a.session_id, exc)
+        return len(actors)
+
     async def join(self, timeout_s: float | None = None) -> None:
         """Wait until every mailbox is drained (tests and graceful shutdown)."""
 

@@ -25,6 +25,7 @@ from consumers.actors import ActorRegistry
 from consumers.api import build_router
 from consumers.catalog import control_operations
 from consumers.control_parts import ControlParts
+from consumers.control_routing import ControlRouter
 from consumers.history import SessionHistory
 from consumers.inbound_loop import InboundLoop
 from consumers.inflight import recover_inflight
@@ -32,16 +33,19 @@ from consumers.manager_adapters import ManagerRecorder, ManagerTakePolicy, build
 from consumers.max_deliveries import watch_max_deliveries
 from consumers.mcp_tools import McpToolServers, parse_mcp_servers
 from consumers.metrics import Metrics
+from consumers.partitioned import PartitionedInbound
 from consumers.publisher import Publisher
 from consumers.retry_policy import TurnRetryPolicy
 from consumers.session_opener import SessionOpener, build_provider
 from consumers.settings import Settings, service_time_zone
+from consumers.shared_state import SharedState, new_origin
 from consumers.tool_plugins import load_tools
 from consumers.turn_runner import TurnRunner
 from core.engine import builtin_registry
 from core.providers.base import Provider
 from core.sessions.manager import SessionManager
 from core.sessions.ports import SessionRepository
+from core.store.change_feed import NotifyingSessionRepository
 from core.store.committer import GroupCommitter
 from core.store.inbox import SqlInbox
 from core.store.journal_repo import SqlHistoryJournal
@@ -90,8 +94,12 @@ class Runtime:
     opener: SessionOpener
     actors: ActorRegistry
     history: SessionHistory
-    inbound: InboundLoop
+    inbound: InboundLoop  # the one fetch loop (TURNSTILE_PARTITIONS = 1)
     control: ControlParts
+    shared: SharedState
+    # TURNSTILE_PARTITIONS > 1: one fetch loop per owned partition, requests routed to the owner
+    partitioned: PartitionedInbound | None
+    router: ControlRouter | None
 
     async def start(self, lost: asyncio.Event) -> None:
         """Start the parts in order: the store and tools, the manager, the control API, then inbound."""
@@ -100,15 +108,22 @@ class Runtime:
         await self.opener.open_tool_servers()
         self.metrics.meter_tools(self.opener.tools)
         await self.manager.start()
+        await self.shared.start()
         # SM-21: history a crash left behind (between a deletion's record removal and its clear).
         stale = await self.opener.clear_stale()
         if stale:
             log.info("removed %d journal rows of deleted sessions or superseded generations", stale)
         broker = self.connections.broker
-        broker.include_router(
-            build_router(self.subjects, control_operations(self.control), max_request_bytes=s.max_request_bytes)
-        )
+        operations = control_operations(self.control)
+        if self.router is not None:
+            operations = self.router.wrap(operations)
+        broker.include_router(build_router(self.subjects, operations, max_request_bytes=s.max_request_bytes))
         await broker.start()
+        if self.partitioned is not None and self.router is not None:
+            # Partitioned: what is staged, in flight or parked is taken up partition by partition as owned.
+            await self.router.serve()
+            await self.partitioned.start(lost)
+            return
         # Messages staged but unfinished before a stop or crash go back to their actors, in order.
         for staged in await self.inbox.pending():
             await self.actors.deliver(staged, InboundMessage.model_validate(orjson.loads(staged.payload)))
@@ -125,26 +140,36 @@ class Runtime:
         )
 
     async def drain(self, drain_timeout_s: float) -> None:
-        """Stop fetching, let running turns finish (bounded), flush the inbox."""
+        """Stop fetching, let running turns finish (bounded), flush the inbox, hand partitions over."""
+        if self.partitioned is not None:
+            await self.partitioned.stop_fetching()  # their leases are still renewed while turns drain
+        if self.router is not None:
+            await self.router.close()
         await self.inbound.stop()
         await self.actors.close(drain_timeout_s=drain_timeout_s)
         try:
             await self.inbox.close()
         except Exception as exc:
             log.warning("flushing the inbox: %r", exc)
+        if self.partitioned is not None:
+            await self.partitioned.release()  # work drained and flushed: the others take them at once
 
     async def close(self) -> None:
         """Close tool servers, the journal, the provider and the write committer (after ``drain``)."""
         await self.opener.close()
+        await self.shared.close()
         await self.committer.aclose()
 
     def fence(self) -> list[asyncio.Task[None]]:
         """Ownership is lost: stage nothing more and cancel running turns now (they stay staged)."""
         loop = asyncio.get_running_loop()
-        return [
+        tasks = [
             loop.create_task(self.inbound.stop(drain_timeout_s=0)),
             loop.create_task(self.actors.close(drain_timeout_s=0)),
         ]
+        if self.partitioned is not None:
+            tasks.append(loop.create_task(self.partitioned.abandon()))
+        return tasks
 
 
 def bootstrap(
@@ -165,9 +190,11 @@ def bootstrap(
     committer = GroupCommitter(db, sqlite_synchronous=s.sqlite_synchronous)
     inbox = SqlInbox(db, committer)
 
-    repository: SessionRepository = SqlSessionRepository(db, committer)
+    # Every write of the session tree also notifies other processes sharing the database (PostgreSQL).
+    origin = new_origin()
+    repository: SessionRepository = NotifyingSessionRepository(db, committer, origin=origin)
     if replace.repository is not None:
-        repository = replace.repository(SqlSessionRepository(db, committer))
+        repository = replace.repository(NotifyingSessionRepository(db, committer, origin=origin))
     journal = SqlHistoryJournal(db, committer=committer)
     if replace.journal is not None:
         journal = replace.journal(journal)
@@ -175,6 +202,9 @@ def bootstrap(
     # The manager's deletion clears the session's history through ``history``, built below from
     # the actors, which in turn need the manager: the hook is bound here, called only after start.
     async def clear_deleted(session_id: str) -> None:
+        # Partitioned: a session another worker owns is cleared by that worker.
+        if router is not None and await router.clear_elsewhere(session_id) is not None:
+            return
         await history.clear_deleted(session_id)
 
     manager = build_manager(s, repository, publisher, clear_deleted, clock=replace.clock)
@@ -202,7 +232,7 @@ def bootstrap(
             turn_slots=turn_slots,
             mid_turn_policy=s.mid_turn_policy,
             retry=retry,
-            still_owner=still_owner,
+            still_owner=partitioned.still_owner(session_id) if partitioned is not None else still_owner,
             metrics=metrics,
             failure_reply=s.provider_failure_reply,
             clock=replace.clock,
@@ -210,10 +240,27 @@ def bootstrap(
 
     actors = ActorRegistry(runner_of, idle_s=s.actor_idle_s)
     history = SessionHistory(actors, opener, js, subjects, manager)
-    inbound = InboundLoop(
-        js, s, subjects, publisher, ManagerRecorder(manager, on_created=opener.mark_new), inbox, actors.deliver,
-        metrics=metrics,
-    )
+    recorder = ManagerRecorder(manager, on_created=opener.mark_new)
+    inbound = InboundLoop(js, s, subjects, publisher, recorder, inbox, actors.deliver, metrics=metrics)
+    shared = SharedState(db, manager, origin)  # registrations; other processes' writes
+
+    def partition_loop(consumer_name: str, fence: Callable[[], bool]) -> InboundLoop:
+        return InboundLoop(
+            js, s, subjects, publisher, recorder, inbox, actors.deliver,
+            metrics=metrics, consumer_name=consumer_name, fence=fence,
+        )
+
+    partitioned: PartitionedInbound | None = None
+    router: ControlRouter | None = None
+    if s.partitions > 1:
+        partitioned = PartitionedInbound(
+            s, subjects, connection=broker.connection, js=js, inbox=inbox, actors=actors, manager=manager,
+            metrics=metrics, make_loop=partition_loop,
+        )
+        router = ControlRouter(
+            partitioned, subjects=subjects, connection=broker.connection, manager=manager, actors=actors,
+            clear_history=history.clear,
+        )
     control = ControlParts(
         manager=manager,
         actors=actors,
@@ -221,10 +268,11 @@ def bootstrap(
         clear_history=history.clear,
         max_payload_bytes=lambda: broker.connection.max_payload,
         time_zone=tz,
+        shared=shared,
         last_checkpoint=publisher.last_checkpoint,
     )
     return Runtime(
         settings=s, subjects=subjects, connections=connections, metrics=metrics, publisher=publisher,
         committer=committer, inbox=inbox, manager=manager, opener=opener, actors=actors, history=history,
-        inbound=inbound, control=control,
+        inbound=inbound, control=control, shared=shared, partitioned=partitioned, router=router,
     )

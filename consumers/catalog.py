@@ -41,8 +41,8 @@ def control_operations(parts: ControlParts) -> list[Operation]:
         return reply_budget(parts.max_payload_bytes())
 
     own = [
-        *session_operations(parts.manager, render, budget_bytes),
-        *other_operations(parts.manager, render, budget_bytes, parts.clear_history),
+        *session_operations(parts.manager, render, budget_bytes, parts.shared),
+        *other_operations(parts.manager, render, budget_bytes, parts.clear_history, parts.shared),
     ]
     names = {(op.resource, op.verb) for op in own}
     extra = []
@@ -59,7 +59,7 @@ def control_operations(parts: ControlParts) -> list[Operation]:
 def declared_operations() -> list[Operation]:
     """The operations as declared, bound to nothing (the catalog reads names and models; never called)."""
     unbound = cast(Any, None)
-    return control_operations(ControlParts(unbound, unbound, unbound, unbound, lambda: 1_048_576, UTC))
+    return control_operations(ControlParts(unbound, unbound, unbound, unbound, lambda: 1_048_576, UTC, unbound))
 
 
 def operation_specs() -> list[OperationSpec]:

@@ -12,6 +12,7 @@ from datetime import tzinfo
 
 from consumers.actors import ActorRegistry
 from consumers.session_opener import SessionOpener
+from consumers.shared_state import SharedState
 from core.sessions.manager import SessionManager
 
 
@@ -29,4 +30,5 @@ class ControlParts:
     clear_history: Callable[[str], Awaitable[bool]]
     max_payload_bytes: Callable[[], int]  # the connected server's limit, read when a list is paged
     time_zone: tzinfo
+    shared: SharedState  # records other processes wrote (read-through), persisted platform registrations
     last_checkpoint: Callable[[str], Awaitable[tuple[int, bytes] | None]] = _no_checkpoint  # time travel's header

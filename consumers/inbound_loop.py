@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 
 from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeoutError
@@ -59,8 +59,16 @@ class InboundLoop:
         inbox: SqlInbox,
         handoff: Handoff,
         metrics: Metrics | None = None,
+        *,
+        consumer_name: str | None = None,
+        fence: Callable[[], bool] | None = None,
     ) -> None:
+        """``consumer_name``: the durable to read (default: the settings'; one per partition when
+        partitioned). ``fence``: False once this process may no longer take the consumer's work
+        (a lost partition): fetched messages are then nacked, not staged."""
         self._js = js
+        self.consumer_name = consumer_name or settings.consumer_name
+        self._fence = fence
         self._metrics = metrics or Metrics()
         staged_count = self._metrics.inbound_staged
 
@@ -79,6 +87,7 @@ class InboundLoop:
             self.health,
             max_in_flight=settings.max_inbound_in_flight,
             heartbeat_s=settings.ack_wait_s / 3,
+            fence=fence,
         )
         self._stopping = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -112,16 +121,16 @@ class InboundLoop:
         # A deleted consumer (or inbound stream) would leave us binding to nothing for ever:
         # recreate it, and any missing stream, with the configured settings.
         try:
-            await self._js.consumer_info(self._subjects.inbound_stream, self._settings.consumer_name)
+            await self._js.consumer_info(self._subjects.inbound_stream, self.consumer_name)
         except NotFoundError:
             log.warning(
                 "inbound consumer %s on %s is missing; recreating the streams and the consumer",
-                self._settings.consumer_name, self._subjects.inbound_stream,
+                self.consumer_name, self._subjects.inbound_stream,
             )
             await ensure_streams(self._js, self._settings, self._subjects)
-            log.info("inbound consumer %s recreated", self._settings.consumer_name)
+            log.info("inbound consumer %s recreated", self.consumer_name)
         return await self._js.pull_subscribe_bind(
-            durable=self._settings.consumer_name, stream=self._subjects.inbound_stream
+            durable=self.consumer_name, stream=self._subjects.inbound_stream
         )
 
     async def _run(self) -> None:
@@ -170,7 +179,7 @@ class InboundLoop:
         self, psub: JetStreamContext.PullSubscription
     ) -> JetStreamContext.PullSubscription:
         try:
-            info = await self._js.consumer_info(self._subjects.inbound_stream, self._settings.consumer_name)
+            info = await self._js.consumer_info(self._subjects.inbound_stream, self.consumer_name)
         except NotFoundError:
             return await self._bind()
         except Exception:
@@ -184,6 +193,9 @@ class InboundLoop:
 
     async def process_batch(self, msgs: list[Msg]) -> None:
         """Validate one fetched batch and admit its good messages (public so tests can drive it)."""
+        if self._fence is not None and not self._fence():
+            await asyncio.gather(*(_quietly(m.nak()) for m in msgs))  # the partition's new owner takes them
+            return
         self._metrics.inbound_received.inc(len(msgs))
         for m in msgs:
             decoded = decode_inbound(

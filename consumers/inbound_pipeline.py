@@ -84,7 +84,9 @@ class InboundPipeline:
         *,
         max_in_flight: int,
         heartbeat_s: float,
+        fence: Callable[[], bool] | None = None,
     ) -> None:
+        self._fence = fence  # False: this process lost the messages' partition; stage nothing more
         self._recorder = recorder
         self._inbox = inbox
         self._handoff = handoff
@@ -200,6 +202,12 @@ class InboundPipeline:
                 self._settled(batch)
 
     async def _stage(self, batch: list[InFlight]) -> None:
+        if self._fence is not None and not self._fence():
+            # Another process owns these sessions now: what it will replay from the inbox is fixed,
+            # so nothing is staged behind its back; JetStream redelivers the messages to it.
+            await asyncio.gather(*(_quietly(e.msg.nak()) for e in batch))
+            self._settled(batch)
+            return
         staged = [e.staged() for e in batch]
         fresh = await self._stage_in_place(staged, batch)
         # MQ-8: ack only once durably staged.

@@ -148,6 +148,10 @@ class TurnstileService:
         )
         self._opened.push_async_callback(runtime.close)
         self._runtime = runtime
+        if runtime.partitioned is not None and not s.database_url.startswith("sqlite"):
+            # The prefix lease only serialised migrations and stream set-up: partition leases rule now
+            # (SQLite: it stays held, and its holder owns every partition; the others stand by).
+            await self._lease.release()
         await runtime.start(self.lost)
         self._set_role("owner")
 

@@ -19,6 +19,7 @@ from typing import Any
 from consumers.api import Operation
 from consumers.paging import paginate
 from consumers.rendering import Rendering
+from consumers.shared_state import SharedState
 from core.errors import InvalidInput, NotFound
 from core.sessions.fields import SessionCreation
 from core.sessions.manager import SessionManager
@@ -110,7 +111,9 @@ def _creation_order(record: SessionRecord) -> tuple[float, str]:
 Budget = Callable[[], int]
 
 
-def session_operations(manager_: SessionManager, render: Rendering, budget_bytes: Budget) -> list[Operation]:
+def session_operations(
+    manager_: SessionManager, render: Rendering, budget_bytes: Budget, shared: SharedState
+) -> list[Operation]:
     """session.*: create, create_child, ensure, get, list, children, update, title, complete, delete, …"""
 
     def manager() -> SessionManager:
@@ -130,6 +133,7 @@ def session_operations(manager_: SessionManager, render: Rendering, budget_bytes
         given_parent = fields.pop("parent_id", None)
         if given_parent is not None and given_parent != req.parent_id:
             raise InvalidInput("fields.parent_id differs from parent_id")
+        await shared.read_through(req.parent_id)
         return render.session(await manager().create_child_session(req.parent_id, fields))
 
     async def ensure(req: SessionEnsureRequest) -> SessionOut:
@@ -137,9 +141,11 @@ def session_operations(manager_: SessionManager, render: Rendering, budget_bytes
         given_id = fields.pop("id", None)
         if given_id is not None and given_id != req.session_id:
             raise InvalidInput("fields.id differs from session_id")
+        await shared.read_through(req.session_id)
         return render.session(await manager().ensure_session(req.session_id, fields, _creation(req.creation)))
 
     async def get(req: SessionIdRequest) -> SessionOut:
+        await shared.read_through(req.session_id)
         return render.session(existing(req.session_id))
 
     def paged(records: list[SessionRecord], req: PageRequest) -> Page[SessionOut]:
@@ -215,7 +221,11 @@ def session_operations(manager_: SessionManager, render: Rendering, budget_bytes
 
 
 def other_operations(
-    manager_: SessionManager, render: Rendering, budget_bytes: Budget, clear_history: Callable[[str], Awaitable[bool]]
+    manager_: SessionManager,
+    render: Rendering,
+    budget_bytes: Budget,
+    clear_history: Callable[[str], Awaitable[bool]],
+    shared: SharedState,
 ) -> list[Operation]:
     """memory.clear, take.check, place.*, workspace.*, platform.*."""
 
@@ -240,12 +250,14 @@ def other_operations(
 
     async def take_check(req: TakeCheckRequest) -> TakeVerdictOut:
         who = Principal(req.principal.platform, req.principal.user_id) if req.principal is not None else None
+        await shared.read_through(req.current_id, req.target_id)
         verdict = manager().can_take(req.current_id, req.target_id, who)
         reason = render.label(verdict.reason) if verdict.reason is not None else None
         return TakeVerdictOut(ok=verdict.ok, reason=reason)
 
     async def place_of(req: SessionIdRequest) -> PlaceOfOut:
         m = manager()
+        await shared.read_through(req.session_id)
         where = m.place_of(req.session_id)
         record = m.get_place(where.key)
         place = render.place(record) if record is not None else None
@@ -289,11 +301,11 @@ def other_operations(
             claims=tuple(req.claims),
             chat_scopes=dict(req.chat_scopes),
         )
-        manager().registry.register(instance)
+        await shared.register_platform(instance)  # persisted: every process and a restart see it
         return _instance_out(instance)
 
     async def platform_unregister(req: PlatformUnregisterRequest) -> PlatformUnregisteredOut:
-        existed = manager().registry.unregister(req.instance_id)
+        existed = await shared.unregister_platform(req.instance_id)
         if not existed:
             raise NotFound(f"adapter instance {req.instance_id!r} is not registered")
         return PlatformUnregisteredOut(instance_id=req.instance_id, existed=True)

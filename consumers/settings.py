@@ -144,6 +144,11 @@ class Settings(BaseSettings):
     lease_ttl_s: float = Field(
         5.0, gt=0, description="single-owner lease TTL; a standby takes over this long after the owner dies"
     )
+    partitions: int = Field(
+        1, ge=1, le=1024,
+        description="inbound partitions (fixed when the inbound stream is created); above 1, several processes "
+        "sharing one PostgreSQL each own a share of them (docs/protocol.md#partitioned-ownership)",
+    )
     drain_timeout_s: float = Field(
         10.0, ge=0,
         description="on SIGTERM, how long running turns may finish; the rest stay staged and the next owner "

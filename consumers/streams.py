@@ -14,10 +14,13 @@ from nats.js.api import (
     RetentionPolicy,
     StorageType,
     StreamConfig,
+    SubjectTransform,
 )
 from nats.js.errors import NotFoundError
 
+from consumers.partitions import inbound_transform, partition_consumer, partition_filters
 from consumers.settings import Settings
+from consumers.startup import EXIT_SETTINGS, StartupError
 from schemas.subjects import Subjects
 
 log = logging.getLogger(__name__)
@@ -35,6 +38,10 @@ def stream_configs(settings: Settings, subjects: Subjects) -> list[StreamConfig]
             subjects=[subjects.inbound_all],
             max_age=settings.inbound_max_age_s,
             duplicate_window=settings.duplicate_window_s,
+            subject_transform=(
+                SubjectTransform(**inbound_transform(subjects, settings.partitions))
+                if settings.partitions > 1 else None
+            ),
         ),
         replace(
             common,
@@ -61,9 +68,12 @@ def stream_configs(settings: Settings, subjects: Subjects) -> list[StreamConfig]
     ]
 
 
-def inbound_consumer_config(settings: Settings) -> ConsumerConfig:
+def inbound_consumer_config(
+    settings: Settings, name: str | None = None, filter_subjects: list[str] | None = None
+) -> ConsumerConfig:
     return ConsumerConfig(
-        durable_name=settings.consumer_name,
+        durable_name=name or settings.consumer_name,
+        filter_subjects=filter_subjects,
         ack_policy=AckPolicy.EXPLICIT,
         deliver_policy=DeliverPolicy.ALL,
         ack_wait=settings.ack_wait_s,
@@ -77,10 +87,38 @@ async def ensure_streams(js: JetStreamContext, settings: Settings, subjects: Sub
     """Add each stream, or update it to the configured settings when it exists."""
     for config in stream_configs(settings, subjects):
         try:
-            await js.stream_info(config.name or "")
+            info = await js.stream_info(config.name or "")
         except NotFoundError:
             await js.add_stream(config)
             log.info("created stream %s", config.name)
         else:
+            if config.name == subjects.inbound_stream:
+                _check_partitions(info.config.subject_transform, config.subject_transform, settings)
             await js.update_stream(config)
-    await js.add_consumer(subjects.inbound_stream, inbound_consumer_config(settings))
+    if settings.partitions <= 1:
+        await js.add_consumer(subjects.inbound_stream, inbound_consumer_config(settings))
+        return
+    for partition in range(settings.partitions):
+        await ensure_partition_consumer(js, settings, subjects, partition)
+
+
+def _check_partitions(
+    stored: SubjectTransform | None, wanted: SubjectTransform | None, settings: Settings
+) -> None:
+    """The partition count is fixed when the inbound stream is created: refuse to start with another."""
+    if (stored.dest if stored else None) == (wanted.dest if wanted else None):
+        return
+    raise StartupError(
+        f"the inbound stream was created with another partition count than TURNSTILE_PARTITIONS={settings.partitions} "
+        f"(stored transform: {stored.dest if stored else 'none'}); the count is fixed at creation: see "
+        "docs/protocol.md#partitioned-ownership for how to change it",
+        EXIT_SETTINGS,
+    )
+
+
+async def ensure_partition_consumer(js: JetStreamContext, settings: Settings, subjects: Subjects, partition: int) -> None:
+    """Partition ``partition``'s durable pull consumer (one per partition; see consumers/partitions.py)."""
+    name = partition_consumer(settings.consumer_name, partition)
+    await js.add_consumer(
+        subjects.inbound_stream, inbound_consumer_config(settings, name, partition_filters(subjects, partition))
+    )

@@ -86,19 +86,25 @@ def lease_bucket(subjects: Subjects) -> str:
     return f"{subjects.stream_prefix}_LEASES"
 
 
+def partition_buckets(subjects: Subjects) -> list[str]:
+    """The partition-lease and member-heartbeat buckets (consumers/ownership.py)."""
+    return [f"{subjects.stream_prefix}_PARTITIONS", f"{subjects.stream_prefix}_PARTITIONS_MEMBERS"]
+
+
 def service_role(subjects: Subjects, user: str = "turnstile-service") -> Role:
-    bucket = lease_bucket(subjects)
-    streams = [spec.name for spec in subjects.streams()] + [f"KV_{bucket}"]
+    buckets = [lease_bucket(subjects), *partition_buckets(subjects)]
+    streams = [spec.name for spec in subjects.streams()] + [f"KV_{bucket}" for bucket in buckets]
     publish = [subjects.checkpoint_all, subjects.events_all, subjects.outbound_all, subjects.dlq_all,
-               subjects.stream_all, "$JS.API.INFO"]
+               subjects.stream_all, "$JS.API.INFO", subjects.relay_all]
     for stream in streams:
         publish += _stream_admin(stream)
-    publish.append(f"$KV.{bucket}.>")
+    publish += [f"$KV.{bucket}.>" for bucket in buckets]
     return Role(
         user, "the turnstile service", tuple(publish),
         # the MaxDeliver advisories of its inbound consumer (consumers/max_deliveries.py)
+        # and control requests relayed to it as the owner of a session's partition (consumers/control_routing.py)
         (subjects.api_all, f"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{subjects.inbound_stream}.>",
-         f"{inbox_prefix_of(user)}.>"),
+         f"{inbox_prefix_of(user)}.>", subjects.relay_all),
         # Two: nats-server counts a request once per matching subscription, and the service has two on
         # every verb (the verb's own and the ``api.>`` fallback's); one reply otherwise fails.
         responses_max=2,

@@ -83,6 +83,14 @@ class Subjects:
     def api_all(self) -> str:
         return f"{self.prefix}.api.>"
 
+    def relay(self, member: str) -> str:
+        """Control requests forwarded to the process owning a session's partition (partitioned ownership)."""
+        return f"{self.prefix}.relay.{member}"
+
+    @property
+    def relay_all(self) -> str:
+        return f"{self.prefix}.relay.>"
+
     # -- streams ---------------------------------------------------------------
     @property
     def stream_prefix(self) -> str:
@@ -125,8 +133,18 @@ def _platform(platform: str) -> str:
 
 
 def parse_inbound_subject(prefix: str, subject: str) -> tuple[str, str]:
-    """Split ``<prefix>.inbound.<platform>.<sid-token>`` into (platform, token)."""
+    """Split ``<prefix>.inbound.<platform>.<sid-token>`` into (platform, token).
+
+    The partitioned form the inbound stream stores (``<prefix>.inpart.<p>.<platform>.<sid-token>``,
+    see consumers/partitions.py) is read the same way.
+    """
     head = f"{prefix}.inbound."
+    partitioned = f"{prefix}.inpart."
+    if subject.startswith(partitioned):
+        rest = subject[len(partitioned):].split(".")
+        if len(rest) != 3 or not rest[0].isdigit():
+            raise ValueError(f"partitioned inbound subject must be {partitioned}<p>.<platform>.<sid-token>: {subject}")
+        return rest[1], rest[2]
     if not subject.startswith(head):
         raise ValueError(f"not an inbound subject: {subject}")
     rest = subject[len(head):].split(".")

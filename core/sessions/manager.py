@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from enum import Enum
 from typing import Final
@@ -102,6 +102,31 @@ class SessionManager:
         if self._table.place(DEFAULT_WORKSPACE_KEY) is None:
             async with self._writer.mutation():
                 await self._writer.apply(StoreChange(places=(default_workspace_place(self._writer.now()),)))
+
+    async def install_external(
+        self, read: Callable[[], Awaitable[StoreChange | None]], session_ids: set[str] | None = None
+    ) -> None:
+        """Install what another process wrote (PostgreSQL shared by processes, ``core.store.change_feed``).
+
+        ``read`` reads the changed rows back as a ``StoreChange`` (None: reload everything); it runs
+        under the writer lock once this process's own pending writes of ``session_ids`` (None: all)
+        landed, so nothing it reads is overtaken by an older local write. No events: the writer emitted them.
+        """
+        async with self._writer.mutation():
+            await self._writer.settle_behind(session_ids)
+            change = await read()
+            if change is None:
+                self._table.load(await self._repository.load())
+            else:
+                self._table.install(change)
+
+    async def reload(self) -> None:
+        """Read every record again (partitioned ownership: sessions taken over from another process)."""
+
+        async def everything() -> StoreChange | None:
+            return None
+
+        await self.install_external(everything)
 
     def set_clear_session_data(self, hook: ClearSessionData | None) -> None:
         """Register the hook that clears a deleted session's history and per-session data."""

@@ -5,4 +5,5 @@ from __future__ import annotations
 import core.store.inbox
 import core.store.journal_tables
 import core.store.lease_repo
+import core.store.platform_repo
 import core.store.session_tables  # noqa: F401

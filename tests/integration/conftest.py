@@ -16,6 +16,7 @@ from consumers.nats_server import NatsServer
 from consumers.service import TurnstileService
 from consumers.settings import Settings
 from schemas.subjects import Subjects
+from tests.cluster_fixture import nats_cluster  # noqa: F401  (the 3-node cluster fixture)
 
 
 @pytest.fixture(autouse=True)

@@ -1,0 +1,101 @@
+"""The session manager's records shared by every process on one PostgreSQL database.
+
+``SharedState`` loads the platform instances registered over the control API (``platform_instances``)
+into the manager's registry, persists ``platform.register``/``platform.unregister``, and on PostgreSQL
+listens for the other processes' writes (``core.store.change_feed``): changed records, places,
+workspaces and generations are read back into the manager's table, registrations into the registry.
+On SQLite it only persists: SQLite is the single-process store.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+from sqlalchemy import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from core.sessions.manager import SessionManager
+from core.sessions.platforms import AdapterInstance
+from core.store.change_feed import ChangeFeed, SharedChange, notify, read_back, read_with_ancestors
+from core.store.platform_repo import SqlPlatformRepository
+
+log = logging.getLogger(__name__)
+
+
+def new_origin() -> str:
+    """A process's (or manager's) id in change notifications: its own are not read back."""
+    return uuid.uuid4().hex
+
+
+class SharedState:
+    """Platform registrations persisted, and the other processes' writes installed (PostgreSQL)."""
+
+    def __init__(self, engine: AsyncEngine, manager: SessionManager, origin: str) -> None:
+        self._engine = engine
+        self._manager = manager
+        self._origin = origin
+        self._platforms = SqlPlatformRepository(engine, on_write=self._notify_platforms)
+        self._stored: set[str] = set()  # ids of the registry's instances that came from the table
+        self.feed: ChangeFeed | None = None
+
+    @property
+    def shared(self) -> bool:
+        """Is the database one other processes can share (PostgreSQL)?"""
+        return self._engine.dialect.name == "postgresql"
+
+    async def start(self) -> None:
+        if self.shared:
+            dsn = self._engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+            self.feed = ChangeFeed(dsn, self._origin, self._on_change)
+            await self.feed.start()  # before loading: a registration made meanwhile is heard
+        await self._load_platforms()
+
+    async def close(self) -> None:
+        if self.feed is not None:
+            await self.feed.close()
+            self.feed = None
+
+    async def register_platform(self, instance: AdapterInstance) -> None:
+        """Persist, then hold, a registration (replacing one with the same id)."""
+        await self._platforms.put(instance)
+        self._manager.registry.register(instance)
+        self._stored.add(instance.instance_id)
+
+    async def unregister_platform(self, instance_id: str) -> bool:
+        """Forget a registration (stored or configured); True when it existed."""
+        stored = await self._platforms.delete(instance_id)
+        self._stored.discard(instance_id)
+        return self._manager.registry.unregister(instance_id) or stored
+
+    async def read_through(self, *session_ids: str) -> None:
+        """On a shared database: read these sessions and their ancestors back before a rule is judged on
+        them (take.check, place_of by root, create_child under a parent another process wrote)."""
+        wanted = [i for i in session_ids if i]
+        if self.shared and wanted:
+            await self._manager.install_external(lambda: read_with_ancestors(self._engine, wanted))
+
+    def _notify_platforms(self, conn: Connection) -> None:
+        notify(conn, SharedChange(origin=self._origin, platforms=True))
+
+    async def _load_platforms(self) -> None:
+        instances = await self._platforms.load()
+        found = {i.instance_id for i in instances}
+        for gone in self._stored - found:
+            self._manager.registry.unregister(gone)
+        for instance in instances:
+            self._manager.registry.register(instance)
+        self._stored = found
+
+    async def _on_change(self, change: SharedChange) -> None:
+        if change.platforms or change.everything:
+            await self._load_platforms()
+        if change.everything:
+            await self._manager.install_external(_reload_everything)
+        elif change.sessions or change.places or change.workspaces or change.generations:
+            ids = set(change.sessions) | set(change.generations)
+            await self._manager.install_external(lambda: read_back(self._engine, change), ids)
+
+
+async def _reload_everything() -> None:
+    return None

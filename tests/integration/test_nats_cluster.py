@@ -1,0 +1,61 @@
+"""The 3-node JetStream cluster the scale-out tests run on (consumers/nats_cluster.py): an R3 stream
+keeps every acknowledged message when one node is SIGKILLed, and the node rejoins on restart."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import nats
+import pytest
+from nats.js.api import StreamConfig
+
+from consumers.nats_cluster import NatsCluster
+
+
+@pytest.mark.timeout(120)
+async def test_an_r3_stream_keeps_every_message_when_its_leader_node_is_killed(nats_cluster: NatsCluster) -> None:
+    stream = "S" + uuid.uuid4().hex[:8].upper()
+    nc = await nats.connect(nats_cluster.urls, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
+    try:
+        js = nc.jetstream(timeout=10)
+        await js.add_stream(StreamConfig(name=stream, subjects=[f"{stream}.>"], num_replicas=3))
+        before = [f"before-{i}".encode() for i in range(20)]
+        for body in before:
+            await js.publish(f"{stream}.a", body)
+        info = await js.stream_info(stream)
+        assert info.cluster is not None and info.cluster.leader
+        leader = nats_cluster.index_of(info.cluster.leader)
+
+        await nats_cluster.kill(leader)
+        after = [f"after-{i}".encode() for i in range(20)]
+        # The stream elects a new leader among the two left and the client moves to a live node; a
+        # publish retries until acknowledged, its message id keeping a retried one from being stored twice.
+        for body in after:
+            for _attempt in range(200):
+                try:
+                    await js.publish(f"{stream}.a", body, timeout=1, headers={"Nats-Msg-Id": body.decode()})
+                    break
+                except (nats.errors.TimeoutError, nats.js.errors.Error, nats.errors.NoRespondersError,
+                        nats.errors.ConnectionReconnectingError):
+                    await asyncio.sleep(0.05)  # a retry interval, not a wait for an outcome
+            else:
+                raise AssertionError(f"{body!r} was never acknowledged")
+        await nats_cluster.restart(leader)
+
+        sub = await js.pull_subscribe(f"{stream}.>", durable=None, stream=stream)
+        got: list[bytes] = []
+        while len(got) < len(before) + len(after):
+            for msg in await sub.fetch(40, timeout=5):
+                got.append(msg.data)
+                await msg.ack()
+        assert got == before + after
+    finally:
+        await nc.close()
+
+
+@pytest.mark.timeout(60)
+async def test_the_cluster_has_three_nodes_with_one_meta_leader(nats_cluster: NatsCluster) -> None:
+    assert len(nats_cluster.urls) == 3
+    leader = await nats_cluster.meta_leader()
+    assert leader in {node.name for node in nats_cluster.nodes}
