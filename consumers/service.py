@@ -107,8 +107,9 @@ class TurnstileService:
         self.metrics.meter_tools(self.engines.tools)
         origin = new_origin()
         self.manager = build_manager(s, self.db, self.publisher, self._clear_session_data, self.committer, origin)
-        await self.manager.start()
         self.shared = SharedState(self.db, self.manager, origin)  # registrations; other processes' writes
+        await self.shared.listen()  # before the load: nothing written meanwhile by another process is missed
+        await self.manager.start()
         await self.shared.start()
         self.engines.take_policy = ManagerTakePolicy(self.manager, service_time_zone(s.time_zone))
         self.engines.generation_of = self.manager.generation_of
