@@ -107,6 +107,7 @@ class Runtime:
         self.inbox.start(retention_s=s.inbound_max_age_s)
         await self.opener.open_tool_servers()
         self.metrics.meter_tools(self.opener.tools)
+        await self.shared.listen()  # before the load: nothing another process writes meanwhile is missed
         await self.manager.start()
         await self.shared.start()
         # SM-21: history a crash left behind (between a deletion's record removal and its clear).

@@ -44,12 +44,19 @@ class SharedState:
         """Is the database one other processes can share (PostgreSQL)?"""
         return self._engine.dialect.name == "postgresql"
 
-    async def start(self) -> None:
-        if self.shared:
+    async def listen(self) -> None:
+        """Before the manager loads its table: start hearing other processes' writes (PostgreSQL)."""
+        if self.shared and self.feed is None:
             dsn = self._engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
             self.feed = ChangeFeed(dsn, self._origin, self._on_change)
-            await self.feed.start()  # before loading: a registration made meanwhile is heard
+            await self.feed.listen()
+
+    async def start(self) -> None:
+        """After the manager loaded its table: load the registrations, install what was heard since."""
+        await self.listen()
         await self._load_platforms()
+        if self.feed is not None:
+            self.feed.deliver()
 
     async def close(self) -> None:
         if self.feed is not None:

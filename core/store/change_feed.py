@@ -70,6 +70,21 @@ class SharedChange:
             return None
 
 
+def merged(changes: list[SharedChange]) -> SharedChange:
+    """Changes heard together read back as one (a busy writer elsewhere costs one read per batch)."""
+    if len(changes) == 1:
+        return changes[0]
+
+    def union(pick: Callable[[SharedChange], tuple[str, ...]]) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(key for change in changes for key in pick(change)))
+
+    return SharedChange(
+        origin="", sessions=union(lambda c: c.sessions), places=union(lambda c: c.places),
+        workspaces=union(lambda c: c.workspaces), generations=union(lambda c: c.generations),
+        platforms=any(c.platforms for c in changes), everything=any(c.everything for c in changes),
+    )
+
+
 def keys_of(change: StoreChange, origin: str) -> SharedChange:
     """The keys a ``StoreChange`` writes."""
     return SharedChange(
@@ -128,7 +143,9 @@ async def _rows(conn: Any, table: Any, key: str, values: Iterable[str]) -> dict[
 class ChangeFeed:
     """LISTENs on :data:`CHANNEL` over its own asyncpg connection; hands other origins' changes on.
 
-    ``on_change`` runs one change at a time, in notification order. After the connection is
+    ``listen()`` before the load, ``deliver()`` after it: nothing committed in between is missed,
+    and nothing heard is installed under a load that read older rows. ``on_change`` runs one
+    change at a time, in notification order (changes waiting together are merged). After the connection is
     lost the feed reconnects and hands on an ``everything`` change (notifications may be missed).
     """
 
@@ -141,9 +158,14 @@ class ChangeFeed:
         self._lost = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
 
-    async def start(self) -> None:
+    async def listen(self) -> None:
+        """Start hearing changes (queued, not handed on yet): call before loading what they change."""
         await self._connect()
-        self._tasks = [asyncio.create_task(self._deliver()), asyncio.create_task(self._keep_connected())]
+        self._tasks = [asyncio.create_task(self._keep_connected())]
+
+    def deliver(self) -> None:
+        """Hand the changes heard since ``listen`` on, and every later one (after the load)."""
+        self._tasks.append(asyncio.create_task(self._deliver()))
 
     async def _connect(self) -> None:
         import asyncpg  # type: ignore[import-untyped]
@@ -173,13 +195,19 @@ class ChangeFeed:
 
     async def _deliver(self) -> None:
         while True:
-            change = await self._queue.get()
+            change = merged([await self._queue.get(), *self._drain_queue()])
             try:
                 await self._on_change(change)
             except Exception:
                 log.exception("installing a change made by another process failed; reloading everything")
                 await self._queue.put(SharedChange(origin="", everything=True, platforms=True))
                 await asyncio.sleep(RECONNECT_DELAY_S)
+
+    def _drain_queue(self) -> list[SharedChange]:
+        waiting = []
+        while not self._queue.empty():
+            waiting.append(self._queue.get_nowait())
+        return waiting
 
     async def close(self) -> None:
         for task in self._tasks:

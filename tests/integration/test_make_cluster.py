@@ -88,8 +88,13 @@ async def test_make_cluster_answers_a_message_and_stops_everything_on_ctrl_c(
         )
     descendants: set[int] = set()
     try:
-        await wait_for(lambda: "ready on" in log.read_text(), timeout_s=90, what="a worker to be ready")
-        await wait_for(lambda: "standing by" in log.read_text(), timeout_s=30, what="the other worker to stand by")
+        for marker, what in (("ready on", "a worker to be ready"), ("standing by", "the other worker to stand by")):
+            try:
+                await wait_for(lambda m=marker: m in log.read_text() or proc.returncode is not None,
+                               timeout_s=120, what=what)
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}; log: {log.read_text()[-3000:]}") from None
+            assert proc.returncode is None, log.read_text()[-3000:]
         descendants = children_of(proc.pid)
         sid = f"hand-{uuid.uuid4().hex[:6]}"
         for node in range(3):  # any node of the cluster takes the message and carries the answer back

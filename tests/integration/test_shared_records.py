@@ -20,6 +20,7 @@ from core.store.db import create_db_engine
 from core.store.migrate import migrate
 from tests.waiting import wait_for
 
+
 class NoEvents:
     async def emit(self, session_id: str, event_type: str, payload: JsonObject) -> None:
         return None
@@ -43,8 +44,9 @@ async def open_process(url: str, *, listen: bool = True) -> Process:
     origin = uuid.uuid4().hex
     engine = create_db_engine(url)
     manager = SessionManager(NotifyingSessionRepository(engine, origin=origin), NoEvents())
-    await manager.start()
     shared = SharedState(engine, manager, origin)
+    await shared.listen()  # as the service does: hear before loading
+    await manager.start()
     await shared.start()
     if not listen:
         await shared.close()  # this process hears nothing: only its reads through can make it consistent
