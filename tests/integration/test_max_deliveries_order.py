@@ -72,10 +72,10 @@ async def test_a_message_served_after_max_deliveries_is_answered_before_the_sess
     read_entered, read_released = asyncio.Event(), asyncio.Event()
     read_recovered = consumers.max_deliveries.read_recovered
 
-    async def held_read(*args: object) -> Msg | None:
+    async def held_read(nc: Client, js: JetStreamContext, stream: str, consumer: str, seq: int) -> Msg | None:
         read_entered.set()
         await read_released.wait()
-        return await read_recovered(*args)  # type: ignore[arg-type]
+        return await read_recovered(nc, js, stream, consumer, seq)
 
     monkeypatch.setattr(consumers.max_deliveries, "read_recovered", held_read)
 
