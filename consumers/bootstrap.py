@@ -137,7 +137,7 @@ class Runtime:
         # A message JetStream gave up redelivering (max deliveries) is served from the stream, not parked.
         await watch_max_deliveries(
             broker.connection, self.connections.js, self.subjects.inbound_stream, s.consumer_name,
-            self.inbound.process_batch, lost,
+            self.inbound.process_read, lost,
         )
 
     async def drain(self, drain_timeout_s: float) -> None:

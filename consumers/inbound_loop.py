@@ -92,6 +92,9 @@ class InboundLoop:
         self._stopping = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.batches = 0
+        # Fetched batches and messages read from the stream after max deliveries are admitted one at a
+        # time, in the order this process learned of them (a session's lane keeps admission order).
+        self._admitting = asyncio.Lock()
 
     @property
     def degraded(self) -> bool:
@@ -193,6 +196,20 @@ class InboundLoop:
 
     async def process_batch(self, msgs: list[Msg]) -> None:
         """Validate one fetched batch and admit its good messages (public so tests can drive it)."""
+        async with self._admitting:
+            await self._admit_batch(msgs)
+
+    async def process_read(self, read: Callable[[], Awaitable[list[Msg]]]) -> None:
+        """Admit what ``read`` returns ahead of every batch this loop fetches after the call.
+
+        The turn is taken before ``read`` is awaited: a message JetStream gave up on, learned of from
+        the MAX_DELIVERIES advisory, is not overtaken by its session's next message fetched while it is
+        read from the stream.
+        """
+        async with self._admitting:
+            await self._admit_batch(await read())
+
+    async def _admit_batch(self, msgs: list[Msg]) -> None:
         if self._fence is not None and not self._fence():
             await asyncio.gather(*(_quietly(m.nak()) for m in msgs))  # the partition's new owner takes them
             return

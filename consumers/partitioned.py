@@ -148,7 +148,7 @@ class PartitionedInbound:
             loop.start()
             self.loops[partition] = loop
             self._advisories[partition] = await watch_max_deliveries(
-                self._connection, self._js, self._subjects.inbound_stream, name, loop.process_batch, self._ownership_lost
+                self._connection, self._js, self._subjects.inbound_stream, name, loop.process_read, self._ownership_lost
             )
         self._metrics.set_ownership("owner")
 
