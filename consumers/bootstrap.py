@@ -208,7 +208,7 @@ def bootstrap(
             clock=replace.clock,
         )
 
-    actors = ActorRegistry(runner_of, idle_s=s.actor_idle_s)
+    actors = ActorRegistry(runner_of, idle_s=s.actor_idle_s, max_loaded=s.max_loaded_sessions)
     history = SessionHistory(actors, opener, js, subjects, manager)
     inbound = InboundLoop(
         js, s, subjects, publisher, ManagerRecorder(manager, on_created=opener.mark_new), inbox, actors.deliver,

@@ -476,6 +476,10 @@ class TurnRunner:
         """Wait until the last checkpoint sent is stored (before replies, at the end of every item)."""
         await self._checkpoints.settle()
 
+    def can_unload(self) -> bool:
+        """True when nothing of a finished item is still landing and no turn is pending (may be evicted)."""
+        return not self._finisher.busy and (self._engine is None or not self._engine.pending_turn)
+
     async def wait_finished(self) -> None:
         """Wait until every finished turn's publishes and writes have landed (tests, shutdown)."""
         await self._finisher.wait()

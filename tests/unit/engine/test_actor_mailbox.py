@@ -32,6 +32,9 @@ class RecordingRunner:
     async def wait_finished(self) -> None:
         return None
 
+    def can_unload(self) -> bool:
+        return True
+
     async def settle_checkpoints(self) -> None:
         self.settled += 1
 
@@ -103,4 +106,38 @@ async def test_a_command_can_reply_early_and_its_errors_reach_the_caller() -> No
 
     with pytest.raises(Conflict):
         await registry.call("s", "failing", failing)
+    await registry.close()
+
+
+async def test_past_the_loaded_cap_the_least_recently_used_idle_actor_is_evicted() -> None:
+    runners: dict[str, RecordingRunner] = {}
+
+    def make(sid: str) -> RecordingRunner:
+        runners[sid] = RecordingRunner(asyncio.Event())
+        return runners[sid]
+
+    registry = ActorRegistry(make, idle_s=3600.0, max_loaded=2)  # type: ignore[arg-type]
+    inbound = type("In", (), {"platform": "cli", "id": "x"})()
+
+    class Staged:
+        def __init__(self, sid: str) -> None:
+            self.session_id = sid
+
+    await registry.deliver(Staged("a"), inbound)  # type: ignore[arg-type]
+    await wait_for(lambda: runners["a"].running, timeout_s=5, interval_s=0, what="a busy")
+    runners["a"].gate.set()
+    await registry.join(timeout_s=5)
+    await registry.deliver(Staged("b"), inbound)  # type: ignore[arg-type]
+    await wait_for(lambda: runners["b"].running, timeout_s=5, interval_s=0, what="b busy")  # b stays busy
+    await registry.deliver(Staged("a"), inbound)  # type: ignore[arg-type]  # a used again: b is now the oldest
+    await wait_for(lambda: len(runners["a"].log) == 2 and not runners["a"].running, timeout_s=5, interval_s=0,
+                   what="a's second message")
+    await registry.deliver(Staged("c"), inbound)  # type: ignore[arg-type]
+    # b is busy, so it is kept although it is the least recently used; a (idle) goes.
+    await wait_for(lambda: registry.get("a") is None, timeout_s=5, interval_s=0, what="a to be evicted")
+    assert registry.get("b") is not None and registry.get("c") is not None
+    runners["b"].gate.set()
+    runners["c"].gate.set()
+    await registry.join(timeout_s=5)
+    assert len(runners["b"].log) == 1  # b was never evicted mid-message
     await registry.close()
