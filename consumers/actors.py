@@ -84,6 +84,9 @@ class SessionActor:
     idle: asyncio.Event = field(default_factory=asyncio.Event)
     stopping: bool = False  # set by ``ActorRegistry.close``: end after the item in hand
     waiting: bool = False  # in the mailbox wait, holding no item: it may be evicted
+    # Asked after an item when the mailbox is empty: True when the registry is past its cap of
+    # loaded sessions and this actor should end now rather than after ``idle_s``.
+    retire: Callable[[SessionActor], bool] | None = None
 
     def evictable(self) -> bool:
         """True when ending it now loses nothing: no item in hand or queued, nothing settling."""
@@ -154,6 +157,10 @@ class SessionActor:
                     self.mailbox.task_done()
                 if self.stopping:
                     return  # shutting down: never sit in the idle wait
+                if self.mailbox.empty() and self.retire is not None and self.retire(self):
+                    await self.runner.wait_finished()
+                    if self.mailbox.empty() and self.runner.can_unload():
+                        return
         finally:
             self.idle.set()
             self.on_exit(self)
@@ -217,7 +224,10 @@ class ActorRegistry:
     def _actor(self, session_id: str) -> SessionActor:
         actor = self._actors.pop(session_id, None)
         if actor is None or actor.task is None or actor.task.done():
-            actor = SessionActor(session_id, self._make_runner(session_id), self._idle_s, self._forget, held=self._held)
+            actor = SessionActor(
+                session_id, self._make_runner(session_id), self._idle_s, self._forget, held=self._held,
+                retire=self._retire,
+            )
             self._actors[session_id] = actor
             actor.start()
             self._evict_beyond_cap()
@@ -237,6 +247,15 @@ class ActorRegistry:
                 oldest.task.cancel()  # it waits for its mailbox; ``_forget`` finds it gone already
             else:
                 self._actors[session_id] = oldest  # in use: keep it, as the most recently used
+
+    def _retire(self, actor: SessionActor) -> bool:
+        """After an item: evict idle actors past the cap, least recently used first; True when
+        still past it, so ``actor`` (just done, its mailbox empty) ends itself."""
+        self._evict_beyond_cap()
+        return (
+            self._max_loaded is not None and len(self._actors) > self._max_loaded
+            and self._actors.get(actor.session_id) is actor and actor.session_id not in self._holds
+        )
 
     async def deliver(self, staged: StagedMessage, inbound: InboundMessage) -> None:
         """Put a staged message into its session's mailbox (creating the actor on demand)."""
@@ -271,10 +290,14 @@ class ActorRegistry:
             del self._actors[actor.session_id]
         # A message may have slipped in between the idle timeout and exit: serve it.
         if not actor.mailbox.empty() and not self._closing:
-            fresh = SessionActor(actor.session_id, actor.runner, self._idle_s, self._forget, held=self._held)
+            fresh = SessionActor(
+                actor.session_id, actor.runner, self._idle_s, self._forget, held=self._held, retire=self._retire
+            )
             fresh.mailbox = actor.mailbox
             self._actors[actor.session_id] = fresh
             fresh.start()
+        elif not self._closing:
+            actor.runner.unload()  # evicted: its transcript and snapshot caches go with it
 
     @asynccontextmanager
     async def stopped(self, session_id: str) -> AsyncIterator[bool]:

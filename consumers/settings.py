@@ -104,7 +104,7 @@ class Settings(BaseSettings):
     max_concurrent_turns: int = Field(256, gt=0, description="turns running at once across sessions")
     actor_idle_s: float = Field(300.0, gt=0, description="evict an idle session actor after this")
     max_loaded_sessions: int = Field(
-        1000, gt=0,
+        256, gt=0,
         description="sessions kept loaded (transcript in memory); past it the least recently used idle one is "
         "unloaded and restored from its last checkpoint on its next message",
     )

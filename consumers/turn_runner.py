@@ -167,6 +167,8 @@ class TurnRunner:
     # -- lifecycle ----------------------------------------------------------------------
     def unload(self) -> None:
         """Forget the loaded session; the next item restores it from its last checkpoint."""
+        if self._engine is not None:
+            self._engine.forget_caches()
         self._engine = None
         self._generation = None
         self._unload_pending = False

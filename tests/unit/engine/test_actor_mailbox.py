@@ -35,6 +35,9 @@ class RecordingRunner:
     def can_unload(self) -> bool:
         return True
 
+    def unload(self) -> None:
+        self.log.append("unload")
+
     async def settle_checkpoints(self) -> None:
         self.settled += 1
 
@@ -123,6 +126,9 @@ async def test_past_the_loaded_cap_the_least_recently_used_idle_actor_is_evicted
         def __init__(self, sid: str) -> None:
             self.session_id = sid
 
+        def __repr__(self) -> str:
+            return self.session_id
+
     await registry.deliver(Staged("a"), inbound)  # type: ignore[arg-type]
     await wait_for(lambda: runners["a"].running, timeout_s=5, interval_s=0, what="a busy")
     runners["a"].gate.set()
@@ -130,7 +136,7 @@ async def test_past_the_loaded_cap_the_least_recently_used_idle_actor_is_evicted
     await registry.deliver(Staged("b"), inbound)  # type: ignore[arg-type]
     await wait_for(lambda: runners["b"].running, timeout_s=5, interval_s=0, what="b busy")  # b stays busy
     await registry.deliver(Staged("a"), inbound)  # type: ignore[arg-type]  # a used again: b is now the oldest
-    await wait_for(lambda: len(runners["a"].log) == 2 and not runners["a"].running, timeout_s=5, interval_s=0,
+    await wait_for(lambda: runners["a"].log.count("message:a") == 2 and not runners["a"].running, timeout_s=5, interval_s=0,
                    what="a's second message")
     await registry.deliver(Staged("c"), inbound)  # type: ignore[arg-type]
     # b is busy, so it is kept although it is the least recently used; a (idle) goes.
@@ -139,5 +145,24 @@ async def test_past_the_loaded_cap_the_least_recently_used_idle_actor_is_evicted
     runners["b"].gate.set()
     runners["c"].gate.set()
     await registry.join(timeout_s=5)
-    assert len(runners["b"].log) == 1  # b was never evicted mid-message
+    assert runners["a"].log[-1] == "unload"  # evicted: its loaded state is forgotten
+    assert runners["b"].log == ["message:b"]  # b was never evicted mid-message
+    await registry.close()
+
+
+async def test_after_a_burst_over_many_sessions_no_more_than_the_cap_stay_loaded() -> None:
+    gate = asyncio.Event()
+    registry = ActorRegistry(lambda sid: RecordingRunner(gate), idle_s=3600.0, max_loaded=3)  # type: ignore[arg-type,return-value]
+    inbound = type("In", (), {"platform": "cli", "id": "x"})()
+
+    class Staged:
+        def __init__(self, sid: str) -> None:
+            self.session_id = sid
+
+    for i in range(20):  # every actor has work queued: none can be evicted while it waits for it
+        await registry.deliver(Staged(f"s{i}"), inbound)  # type: ignore[arg-type]
+    assert len(registry) == 20
+    gate.set()
+    await registry.join(timeout_s=5)
+    await wait_for(lambda: len(registry) <= 3, timeout_s=5, interval_s=0, what="the actors past the cap to end")
     await registry.close()
