@@ -83,6 +83,14 @@ class SessionActor:
     held: Callable[[str], Awaitable[None]] | None = None
     idle: asyncio.Event = field(default_factory=asyncio.Event)
     stopping: bool = False  # set by ``ActorRegistry.close``: end after the item in hand
+    waiting: bool = False  # in the mailbox wait, holding no item: it may be evicted
+    # Asked after an item when the mailbox is empty: True when the registry is past its cap of
+    # loaded sessions and this actor should end now rather than after ``idle_s``.
+    retire: Callable[[SessionActor], bool] | None = None
+
+    def evictable(self) -> bool:
+        """True when ending it now loses nothing: no item in hand or queued, nothing settling."""
+        return self.waiting and not self.busy and self.mailbox.empty() and self.runner.can_unload()
 
     def start(self) -> None:
         self.idle.set()
@@ -110,12 +118,15 @@ class SessionActor:
     async def _run(self) -> None:
         try:
             while True:
+                self.waiting = True
                 try:
                     priority, order, item = await asyncio.wait_for(self.mailbox.get(), self.idle_s)
                 except TimeoutError:
                     if self.mailbox.empty():
                         return
                     continue
+                finally:
+                    self.waiting = False
                 await self._released(item)
                 self.busy = True
                 self.idle.clear()
@@ -146,6 +157,10 @@ class SessionActor:
                     self.mailbox.task_done()
                 if self.stopping:
                     return  # shutting down: never sit in the idle wait
+                if self.mailbox.empty() and self.retire is not None and self.retire(self):
+                    await self.runner.wait_finished()
+                    if self.mailbox.empty() and self.runner.can_unload():
+                        return
         finally:
             self.idle.set()
             self.on_exit(self)
@@ -169,16 +184,29 @@ class SessionActor:
         reply(value)
 
 
+# Actors looked at per eviction pass beyond the cap: busy ones are moved to the recent end, so
+# a pass costs O(1) however many sessions are loaded.
+EVICTION_SCAN = 8
+
+
 class ActorRegistry:
-    """Creates, feeds and evicts session actors; ``join()`` waits until all mailboxes are drained."""
+    """Creates, feeds and evicts session actors; ``join()`` waits until all mailboxes are drained.
+
+    An actor (its runner and the loaded engine session: transcript, snapshot caches) is evicted
+    after ``idle_s`` without work, or earlier once more than ``max_loaded`` actors exist: the
+    least recently used idle ones go first. An evicted session is restored from its last
+    checkpoint on its next item (MQ-2), so an idle session costs its id, not its transcript.
+    """
 
     def __init__(
-        self, make_runner: Callable[[str], TurnRunner], idle_s: float, stop_wait_s: float = STOP_WAIT_S
+        self, make_runner: Callable[[str], TurnRunner], idle_s: float, stop_wait_s: float = STOP_WAIT_S,
+        max_loaded: int | None = None,
     ) -> None:
         self._make_runner = make_runner
         self._idle_s = idle_s
         self.stop_wait_s = stop_wait_s
-        self._actors: dict[str, SessionActor] = {}
+        self._max_loaded = max_loaded
+        self._actors: dict[str, SessionActor] = {}  # least recently used first
         self._order = itertools.count()
         self._closing = False
         self._holds: dict[str, list[asyncio.Event]] = {}
@@ -194,12 +222,40 @@ class ActorRegistry:
         return self._actors.get(session_id)
 
     def _actor(self, session_id: str) -> SessionActor:
-        actor = self._actors.get(session_id)
+        actor = self._actors.pop(session_id, None)
         if actor is None or actor.task is None or actor.task.done():
-            actor = SessionActor(session_id, self._make_runner(session_id), self._idle_s, self._forget, held=self._held)
+            actor = SessionActor(
+                session_id, self._make_runner(session_id), self._idle_s, self._forget, held=self._held,
+                retire=self._retire,
+            )
             self._actors[session_id] = actor
             actor.start()
+            self._evict_beyond_cap()
+        else:
+            self._actors[session_id] = actor  # re-inserted: now the most recently used
         return actor
+
+    def _evict_beyond_cap(self) -> None:
+        if self._max_loaded is None:
+            return
+        for _ in range(min(EVICTION_SCAN, len(self._actors))):
+            if len(self._actors) <= self._max_loaded:
+                return
+            session_id, oldest = next(iter(self._actors.items()))
+            del self._actors[session_id]
+            if oldest.evictable() and session_id not in self._holds and oldest.task is not None:
+                oldest.task.cancel()  # it waits for its mailbox; ``_forget`` finds it gone already
+            else:
+                self._actors[session_id] = oldest  # in use: keep it, as the most recently used
+
+    def _retire(self, actor: SessionActor) -> bool:
+        """After an item: evict idle actors past the cap, least recently used first; True when
+        still past it, so ``actor`` (just done, its mailbox empty) ends itself."""
+        self._evict_beyond_cap()
+        return (
+            self._max_loaded is not None and len(self._actors) > self._max_loaded
+            and self._actors.get(actor.session_id) is actor and actor.session_id not in self._holds
+        )
 
     async def deliver(self, staged: StagedMessage, inbound: InboundMessage) -> None:
         """Put a staged message into its session's mailbox (creating the actor on demand)."""
@@ -234,10 +290,14 @@ class ActorRegistry:
             del self._actors[actor.session_id]
         # A message may have slipped in between the idle timeout and exit: serve it.
         if not actor.mailbox.empty() and not self._closing:
-            fresh = SessionActor(actor.session_id, actor.runner, self._idle_s, self._forget, held=self._held)
+            fresh = SessionActor(
+                actor.session_id, actor.runner, self._idle_s, self._forget, held=self._held, retire=self._retire
+            )
             fresh.mailbox = actor.mailbox
             self._actors[actor.session_id] = fresh
             fresh.start()
+        elif not self._closing:
+            actor.runner.unload()  # evicted: its transcript and snapshot caches go with it
 
     @asynccontextmanager
     async def stopped(self, session_id: str) -> AsyncIterator[bool]:

@@ -239,7 +239,7 @@ def bootstrap(
             clock=replace.clock,
         )
 
-    actors = ActorRegistry(runner_of, idle_s=s.actor_idle_s)
+    actors = ActorRegistry(runner_of, idle_s=s.actor_idle_s, max_loaded=s.max_loaded_sessions)
     history = SessionHistory(actors, opener, js, subjects, manager)
     recorder = ManagerRecorder(manager, on_created=opener.mark_new)
     inbound = InboundLoop(js, s, subjects, publisher, recorder, inbox, actors.deliver, metrics=metrics)

@@ -38,6 +38,11 @@ class TurnFinisher:
         self._on_done = on_done
         self._tasks: set[asyncio.Task[None]] = set()
 
+    @property
+    def busy(self) -> bool:
+        """True while a finished turn's publishes or writes are still landing."""
+        return bool(self._tasks)
+
     def spawn(
         self,
         staged: StagedMessage,

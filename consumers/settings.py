@@ -103,6 +103,11 @@ class Settings(BaseSettings):
     # actors
     max_concurrent_turns: int = Field(256, gt=0, description="turns running at once across sessions")
     actor_idle_s: float = Field(300.0, gt=0, description="evict an idle session actor after this")
+    max_loaded_sessions: int = Field(
+        256, gt=0,
+        description="sessions kept loaded (transcript in memory); past it the least recently used idle one is "
+        "unloaded and restored from its last checkpoint on its next message",
+    )
     sqlite_synchronous: Literal["NORMAL", "FULL"] = Field(
         "NORMAL",
         description="SQLite commits: NORMAL survives a killed process; FULL (an fsync per group commit, "

@@ -82,15 +82,14 @@ class TurnEvents:
         if outcome == "error":
             log.warning("session %s: turn %s (inbound %s) failed: %s",
                         self.session_id, engine.turn_id, data.get("inbound_id") or data.get("trigger"), error)
-        if tokens_in or tokens_out:
-            self._publishes.behind.append(
-                asyncio.ensure_future(self._book.add_usage(self.session_id, tokens_in, tokens_out))
-            )
+        usage = (tokens_in, tokens_out) if tokens_in or tokens_out else None
+        if usage is not None:
             self._publishes.unsettled.append(
                 await self._pub.emit(self.session_id, "usage", {"input": tokens_in, "output": tokens_out})
             )
+        # SM-15's usage rides on the turn's end: one record write, one ``session.updated``.
         self._publishes.behind.append(
-            asyncio.ensure_future(self._book.turn_ended(self.session_id, outcome, error, self._clock()))
+            asyncio.ensure_future(self._book.turn_ended(self.session_id, outcome, error, self._clock(), usage=usage))
         )
         self._publishes.unsettled.append(await self._pub.emit(self.session_id, "turn.ended", {
             **data, "turn_id": engine.turn_id, "outcome": outcome, "error": error, "mode": engine.state.mode.kind,

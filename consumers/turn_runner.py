@@ -167,6 +167,8 @@ class TurnRunner:
     # -- lifecycle ----------------------------------------------------------------------
     def unload(self) -> None:
         """Forget the loaded session; the next item restores it from its last checkpoint."""
+        if self._engine is not None:
+            self._engine.forget_caches()
         self._engine = None
         self._generation = None
         self._unload_pending = False
@@ -475,6 +477,10 @@ class TurnRunner:
     async def settle_checkpoints(self) -> None:
         """Wait until the last checkpoint sent is stored (before replies, at the end of every item)."""
         await self._checkpoints.settle()
+
+    def can_unload(self) -> bool:
+        """True when nothing of a finished item is still landing and no turn is pending (may be evicted)."""
+        return not self._finisher.busy and (self._engine is None or not self._engine.pending_turn)
 
     async def wait_finished(self) -> None:
         """Wait until every finished turn's publishes and writes have landed (tests, shutdown)."""

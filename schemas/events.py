@@ -28,7 +28,7 @@ class SessionEventData(EventData):
     """``session.*``: the record as it now is, plus what changed where that applies."""
 
     session: SessionRecordOut
-    change: str | None = Field(None, description="session.updated: turn_started, turn_ended, usage, child_created, …")
+    change: str | None = Field(None, description="session.updated: turn_started, turn_ended (with the usage of the turn), child_created, …")
     child_id: str | None = Field(None, description="child_created / child_deleted: the child")
     result: str | None = Field(None, description="session.completed: the result")
     generation: int | None = Field(None, description="session.deleted: the new generation")

@@ -79,6 +79,13 @@ def memo_for(transcript: list[TranscriptItem]) -> TranscriptMemo:
     return memo
 
 
+def forget_memo(transcript: list[TranscriptItem]) -> None:
+    """Drop ``transcript``'s memo (its session is unloaded: the memo would keep it alive)."""
+    memo = _memos.get(id(transcript))
+    if memo is not None and memo.source is transcript:
+        del _memos[id(transcript)]
+
+
 def project_messages(transcript: list[TranscriptItem]) -> list[dict[str, Any]]:
     """The structured projection: chat messages for every model-visible transcript item.
 

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from core.engine import completion, group_context, openings
 from core.engine.answers import RESPONSE_KINDS
 from core.engine.attachments import attachment_drafts
+from core.engine.chatend import forget_memo
 from core.engine.drafts import Checkpoint, Draft, interrupted_result
 from core.engine.journal import EntryKind, HistoryJournal, JournalEntry
 from core.engine.knowledge import KnowledgeStore
@@ -336,6 +337,10 @@ class Session(SessionView):
             self._running_op = None
             self._inflight = None
             self._cancel_requested = False
+
+    def forget_caches(self) -> None:
+        """The session is being unloaded: drop the memoised encodings of its transcript."""
+        forget_memo(self._state.transcript)
 
     def bind_work(self, work: WorkBinding | None) -> None:
         """Use ``work`` as the directories file tools may touch from now on (SM-5/6/35).

@@ -400,10 +400,12 @@ class SessionManager:
         return await self._turns.started(session_id)
 
     async def turn_ended(
-        self, session_id: str, outcome: str | None, error: str | None = None, ended_at: float | None = None
+        self, session_id: str, outcome: str | None, error: str | None = None, ended_at: float | None = None,
+        usage: tuple[int, int] | None = None,
     ) -> SessionRecord | None:
-        """SM-13, SM-14, SM-16: a turn ended (``outcome`` None = blocked, counts as silent)."""
-        return await self._turns.ended(session_id, outcome, error, ended_at)
+        """SM-13, SM-14, SM-16: a turn ended (``outcome`` None = blocked, counts as silent); SM-15:
+        ``usage`` (input, output tokens) is added in the same write and ``session.updated``."""
+        return await self._turns.ended(session_id, outcome, error, ended_at, usage)
 
     async def add_usage(self, session_id: str, input_tokens: int, output_tokens: int) -> SessionRecord | None:
         """SM-15: add the session's own model usage; unknown sessions are ignored (None)."""

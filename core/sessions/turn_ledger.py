@@ -35,9 +35,13 @@ class TurnLedger:
         return await self._write_behind(session_id, change, "turn_started")
 
     async def ended(
-        self, session_id: str, outcome: str | None, error: str | None, ended_at: float | None
+        self, session_id: str, outcome: str | None, error: str | None, ended_at: float | None,
+        usage: tuple[int, int] | None = None,
     ) -> SessionRecord | None:
-        """A turn ended: last_turn, last_reply_at, and the status when it was the last running turn."""
+        """A turn ended: last_turn, last_reply_at, and the status when it was the last running turn.
+
+        ``usage`` (input, output tokens the turn used) is added in the same change, so the turn's
+        end and its usage are one record write and one ``session.updated`` (SM-15's event)."""
         checked = turn_records.checked_outcome(outcome)
         left = max(0, self.running(session_id) - 1)
         if left:
@@ -45,11 +49,13 @@ class TurnLedger:
         else:
             self._running.pop(session_id, None)
         at = ended_at if ended_at is not None else self._writer.now()
-        return await self._write_behind(
-            session_id,
-            lambda record: turn_records.turn_ended(record, checked, error, at, other_turns_running=left > 0),
-            "turn_ended",
-        )
+
+        def change(record: SessionRecord) -> SessionRecord:
+            if usage is not None:
+                record = turn_records.usage_added(record, *usage)
+            return turn_records.turn_ended(record, checked, error, at, other_turns_running=left > 0)
+
+        return await self._write_behind(session_id, change, "turn_ended")
 
     async def usage(self, session_id: str, input_tokens: int, output_tokens: int) -> SessionRecord | None:
         """Add model usage to an existing session (usage never creates one)."""

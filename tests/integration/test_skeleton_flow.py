@@ -192,6 +192,44 @@ async def test_an_idle_actor_is_evicted_and_its_session_restored_from_the_last_c
 
 
 @pytest.mark.rule("MQ-2", "MQ-3")
+async def test_sessions_beyond_the_loaded_cap_are_unloaded_and_resume_from_their_last_checkpoint(
+    settings: Settings, nc: Client, subjects: Subjects
+) -> None:
+    # Idle sessions cost their id, not their transcript: past max_loaded_sessions the least
+    # recently used idle session is unloaded (long before actor_idle_s) and its next message
+    # restores it from its last checkpoint.
+    service = TurnstileService(settings.model_copy(update={"max_loaded_sessions": 1, "actor_idle_s": 3600.0}))
+    await service.start()
+    try:
+        first, second = (f"lru-{uuid.uuid4().hex[:6]}" for _ in range(2))
+        replies = await Collector().attach(nc, subjects.outbound("cli", first))
+        others = await Collector().attach(nc, subjects.outbound("cli", second))
+        checkpoints = await Collector().attach(nc, subjects.checkpoint(first))
+        await publish_inbound(nc, subjects, inbound(first, "first words"))
+        await wait_for(lambda: replies.messages, what="the first reply")
+        assert service.actors is not None
+        actors = service.actors
+        assert actors.get(first) is not None
+        await publish_inbound(nc, subjects, inbound(second, "another session"))
+        await wait_for(lambda: others.messages, what="the other session's reply")
+        await wait_for(lambda: actors.get(first) is None, what="the least recently used session to be unloaded")
+        assert len(actors) <= 1
+        seen = len(checkpoints.messages)
+        # Drop the journal: only the checkpoint on JetStream can bring "first words" back.
+        assert service.engines is not None
+        await service.engines.journal.clear(first)
+        await publish_inbound(nc, subjects, inbound(first, "second words"))
+        await wait_for(lambda: len(replies.messages) >= 2, what="the reply after unloading")
+        await wait_for(lambda: len(checkpoints.messages) > seen and checkpoints.json()[-1]["transition"] == "turn_ended",
+                       what="the last checkpoint")
+        last = checkpoints.json()[-1]["snapshot"]
+        assert "first words" in last["chatend_text"] and "second words" in last["chatend_text"]
+        assert [r["text"] for r in replies.json()] == ["echo: first words", "echo: second words"]
+    finally:
+        await service.stop()
+
+
+@pytest.mark.rule("MQ-2", "MQ-3")
 async def test_a_session_created_here_opens_without_reads_and_a_known_one_is_restored(
     settings: Settings, nc: Client, subjects: Subjects
 ) -> None:

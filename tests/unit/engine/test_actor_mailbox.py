@@ -32,6 +32,12 @@ class RecordingRunner:
     async def wait_finished(self) -> None:
         return None
 
+    def can_unload(self) -> bool:
+        return True
+
+    def unload(self) -> None:
+        self.log.append("unload")
+
     async def settle_checkpoints(self) -> None:
         self.settled += 1
 
@@ -103,4 +109,60 @@ async def test_a_command_can_reply_early_and_its_errors_reach_the_caller() -> No
 
     with pytest.raises(Conflict):
         await registry.call("s", "failing", failing)
+    await registry.close()
+
+
+async def test_past_the_loaded_cap_the_least_recently_used_idle_actor_is_evicted() -> None:
+    runners: dict[str, RecordingRunner] = {}
+
+    def make(sid: str) -> RecordingRunner:
+        runners[sid] = RecordingRunner(asyncio.Event())
+        return runners[sid]
+
+    registry = ActorRegistry(make, idle_s=3600.0, max_loaded=2)  # type: ignore[arg-type]
+    inbound = type("In", (), {"platform": "cli", "id": "x"})()
+
+    class Staged:
+        def __init__(self, sid: str) -> None:
+            self.session_id = sid
+
+        def __repr__(self) -> str:
+            return self.session_id
+
+    await registry.deliver(Staged("a"), inbound)  # type: ignore[arg-type]
+    await wait_for(lambda: runners["a"].running, timeout_s=5, interval_s=0, what="a busy")
+    runners["a"].gate.set()
+    await registry.join(timeout_s=5)
+    await registry.deliver(Staged("b"), inbound)  # type: ignore[arg-type]
+    await wait_for(lambda: runners["b"].running, timeout_s=5, interval_s=0, what="b busy")  # b stays busy
+    await registry.deliver(Staged("a"), inbound)  # type: ignore[arg-type]  # a used again: b is now the oldest
+    await wait_for(lambda: runners["a"].log.count("message:a") == 2 and not runners["a"].running, timeout_s=5, interval_s=0,
+                   what="a's second message")
+    await registry.deliver(Staged("c"), inbound)  # type: ignore[arg-type]
+    # b is busy, so it is kept although it is the least recently used; a (idle) goes.
+    await wait_for(lambda: registry.get("a") is None, timeout_s=5, interval_s=0, what="a to be evicted")
+    assert registry.get("b") is not None and registry.get("c") is not None
+    runners["b"].gate.set()
+    runners["c"].gate.set()
+    await registry.join(timeout_s=5)
+    assert runners["a"].log[-1] == "unload"  # evicted: its loaded state is forgotten
+    assert runners["b"].log == ["message:b"]  # b was never evicted mid-message
+    await registry.close()
+
+
+async def test_after_a_burst_over_many_sessions_no_more_than_the_cap_stay_loaded() -> None:
+    gate = asyncio.Event()
+    registry = ActorRegistry(lambda sid: RecordingRunner(gate), idle_s=3600.0, max_loaded=3)  # type: ignore[arg-type,return-value]
+    inbound = type("In", (), {"platform": "cli", "id": "x"})()
+
+    class Staged:
+        def __init__(self, sid: str) -> None:
+            self.session_id = sid
+
+    for i in range(20):  # every actor has work queued: none can be evicted while it waits for it
+        await registry.deliver(Staged(f"s{i}"), inbound)  # type: ignore[arg-type]
+    assert len(registry) == 20
+    gate.set()
+    await registry.join(timeout_s=5)
+    await wait_for(lambda: len(registry) <= 3, timeout_s=5, interval_s=0, what="the actors past the cap to end")
     await registry.close()

@@ -157,6 +157,24 @@ async def test_bookkeeping_queued_behind_a_write_lands_as_the_newest_record_with
     assert [e.payload["change"] for e in sink.events] == ["turn_started", "usage", "turn_ended"]
 
 
+@pytest.mark.rule("SM-15", "SM-32")
+async def test_a_turns_usage_lands_with_its_end_in_one_write_and_one_session_updated(
+    manager: SessionManager, repo: InMemorySessionRepository, sink: RecordingEventSink
+) -> None:
+    # SM-15: usage is added to the record and announced by session.updated; riding on the
+    # turn's end it costs no write and no event of its own.
+    record = await manager.create_session()
+    await manager.turn_started(record.id)
+    sink.clear()
+    writes = session_writes(repo, record.id)
+    ended = await manager.turn_ended(record.id, "replied", None, 40.0, usage=(5, 7))
+    assert ended is not None and ended.tokens == TokenUsage(5, 7) and ended.status == "completed"
+    assert repo.sessions[record.id].tokens == TokenUsage(5, 7)
+    assert session_writes(repo, record.id) - writes == 1
+    assert [e.payload["change"] for e in sink.events] == ["turn_ended"]
+    assert sink.events[0].payload["session"]["tokens"] == {"input": 5, "output": 7}
+
+
 @pytest.mark.rule("SM-21")
 async def test_a_deletion_is_never_overtaken_by_an_older_bookkeeping_write(
     manager: SessionManager, repo: InMemorySessionRepository
