@@ -241,7 +241,7 @@ def bootstrap(
 
     actors = ActorRegistry(runner_of, idle_s=s.actor_idle_s, max_loaded=s.max_loaded_sessions)
     history = SessionHistory(actors, opener, js, subjects, manager)
-    recorder = ManagerRecorder(manager, on_created=opener.mark_new)
+    recorder = ManagerRecorder(manager, on_created=opener.remember_created)
     inbound = InboundLoop(js, s, subjects, publisher, recorder, inbox, actors.deliver, metrics=metrics)
     shared = SharedState(db, manager, origin)  # registrations; other processes' writes
 

@@ -18,7 +18,7 @@ from typing import Any
 from consumers.checkpoints import CheckpointChain
 from consumers.outbound_ledger import stored_reply_seqs
 from consumers.publisher import Publisher
-from consumers.runner_ports import SessionBook
+from consumers.runner_ports import SessionRecords
 from core.engine import Session
 from core.engine.answers import EventAnswers
 from core.errors import StaleGeneration
@@ -64,7 +64,7 @@ class ReplySender:
         session_id: str,
         *,
         publisher: Publisher,
-        book: SessionBook,
+        book: SessionRecords,
         inbox: SqlInbox,
         checkpoints: CheckpointChain,
         finished: deque[str],

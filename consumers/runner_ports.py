@@ -8,7 +8,7 @@ from core.engine import Session, SessionOptions
 from core.sessions.records import OriginChat, SessionRecord
 
 
-class EngineFactory(Protocol):
+class EngineOpener(Protocol):
     """Opens engine sessions, fresh or from a checkpoint snapshot."""
 
     async def open(
@@ -16,12 +16,12 @@ class EngineFactory(Protocol):
         options: SessionOptions | None = None, chat: dict[str, Any] | None = None, new: bool = False,
     ) -> Session: ...
 
-    def take_new(self, session_id: str) -> bool: ...
+    def pop_created(self, session_id: str) -> bool: ...
 
     async def clear(self, session_id: str, *, before_generation: int | None = None) -> None: ...
 
 
-class SessionBook(Protocol):
+class SessionRecords(Protocol):
     """What the runner needs from the session manager (turn bookkeeping, generations)."""
 
     def generation_of(self, session_id: str) -> int: ...

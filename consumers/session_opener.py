@@ -24,7 +24,7 @@ from core.store.journal_repo import SqlHistoryJournal
 from core.store.knowledge_repo import SqlKnowledgeStore
 from core.store.lease_repo import SqlFileLeases
 
-MAX_NEW_REMEMBERED = 100_000  # sessions created and not opened yet (see SessionOpener.mark_new)
+MAX_CREATED_REMEMBERED = 100_000  # sessions created and not opened yet (see SessionOpener.remember_created)
 
 
 def build_provider(settings: Settings) -> Provider:
@@ -67,7 +67,7 @@ class SessionOpener:
         self._system_prompt = settings.system_prompt
         # Sessions this process created (record_inbound) and has not opened yet: they have no
         # journal and no checkpoint of their generation, so opening them reads neither.
-        self._new: OrderedDict[str, None] = OrderedDict()
+        self._created: OrderedDict[str, None] = OrderedDict()
         self.journal = journal
         self.knowledge = knowledge
         self.provider = provider
@@ -94,17 +94,17 @@ class SessionOpener:
             options = options.with_changes(channel={"chat": dict(chat)})
         return options
 
-    def mark_new(self, session_id: str) -> None:
+    def remember_created(self, session_id: str) -> None:
         """``session_id`` was just created by this process: nothing of it is stored yet."""
-        self._new[session_id] = None
-        while len(self._new) > MAX_NEW_REMEMBERED:
-            self._new.popitem(last=False)  # forgetting only costs that session a full load
+        self._created[session_id] = None
+        while len(self._created) > MAX_CREATED_REMEMBERED:
+            self._created.popitem(last=False)  # forgetting only costs that session a full load
 
-    def take_new(self, session_id: str) -> bool:
-        """True once for a session ``mark_new`` saw and nothing opened since."""
-        if session_id not in self._new:
+    def pop_created(self, session_id: str) -> bool:
+        """True once for a session ``remember_created`` saw and nothing opened since."""
+        if session_id not in self._created:
             return False
-        del self._new[session_id]
+        del self._created[session_id]
         return True
 
     async def open(
@@ -115,7 +115,7 @@ class SessionOpener:
 
         The session reads and writes only that generation's journal rows, also after its id
         was deleted (SM-21/SM-22: a late write never reaches the next generation).
-        ``new``: the session was created by this process a moment ago (``take_new``), so its
+        ``new``: the session was created by this process a moment ago (``pop_created``), so its
         journal is known to be empty and is not read.
         """
         return await Session.open(

@@ -13,7 +13,7 @@ from consumers.logs import log_context
 from consumers.metrics import Metrics
 from consumers.publisher import Publisher
 from consumers.replies import ItemPublishes
-from consumers.runner_ports import SessionBook
+from consumers.runner_ports import SessionRecords
 from consumers.turn_inputs import turn_usage
 from consumers.turn_stream import TurnStream
 from core.engine import Session
@@ -30,7 +30,7 @@ class TurnEvents:
         self,
         session_id: str,
         *,
-        book: SessionBook,
+        book: SessionRecords,
         publisher: Publisher,
         metrics: Metrics,
         publishes: ItemPublishes,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from consumers.runner_ports import SessionBook
+from consumers.runner_ports import SessionRecords
 from core.engine import Session
 from core.engine.options import WorkBinding
 from core.sessions.rules import root_of
@@ -24,7 +24,7 @@ def principal_of(inbound: InboundMessage) -> str | None:
     return Principal(inbound.platform, inbound.sender.user_id).key
 
 
-def work_of(book: SessionBook, session_id: str) -> WorkBinding | None:
+def work_of(book: SessionRecords, session_id: str) -> WorkBinding | None:
     """The engine's view of the session's work binding (SM-5, SM-6, SM-35).
 
     The binding is the root's (a child works in its root's project); ``current_dir`` is the
@@ -42,7 +42,7 @@ def work_of(book: SessionBook, session_id: str) -> WorkBinding | None:
     )
 
 
-def chat_of(book: SessionBook, session_id: str, inbound: InboundMessage | None) -> dict[str, Any] | None:
+def chat_of(book: SessionRecords, session_id: str, inbound: InboundMessage | None) -> dict[str, Any] | None:
     """The session's chat scope for a fresh engine session: the root's origin chat, else the inbound's."""
     origin = book.origin_chat_of(session_id)
     if origin is not None:

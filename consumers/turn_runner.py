@@ -36,7 +36,7 @@ from consumers.metrics import Metrics
 from consumers.publisher import Publisher
 from consumers.replies import ItemPublishes, ReplySender, ReplyTarget
 from consumers.retry_policy import OwnershipLost, TurnRetryPolicy
-from consumers.runner_ports import EngineFactory, SessionBook
+from consumers.runner_ports import EngineOpener, SessionRecords
 from consumers.turn_events import TurnEvents
 from consumers.turn_inputs import chat_of, external_id_of, principal_of, work_of
 from core.engine import FORMAT_VERSION, Session, SessionOptions, TurnExhausted
@@ -80,8 +80,8 @@ class TurnRunner:
         self,
         session_id: str,
         *,
-        engines: EngineFactory,
-        book: SessionBook,
+        engines: EngineOpener,
+        book: SessionRecords,
         publisher: Publisher,
         inbox: SqlInbox,
         turn_slots: asyncio.Semaphore,
@@ -210,7 +210,7 @@ class TurnRunner:
             self._engine.bind_work(work_of(self._book, self.session_id))
             return self._engine
         # A session this process just created has no checkpoint of its generation and no journal.
-        new = self._engine is None and self._engines.take_new(self.session_id)
+        new = self._engine is None and self._engines.pop_created(self.session_id)
         last = None if new else await self._pub.last_checkpoint(self.session_id)
         restored: dict[str, Any] | None = None
         self._checkpoints.reset(0)  # fenced on "no checkpoint yet" unless one is found
