@@ -45,6 +45,7 @@ MESSAGE_PRIORITY = 1
 # How long a deletion waits for the session's running item to stop before it clears anyway
 # (a write stuck in the store); what the item writes later stays in its old generation.
 STOP_WAIT_S = 10.0
+REPLAY_RETRY_S = 1.0  # a session in doubt whose staged messages could not be read tries again after this
 
 Reply = Callable[[Any], None]
 CommandFn = Callable[[TurnRunner, Reply], Awaitable[Any]]
@@ -189,7 +190,13 @@ class SessionActor:
         log.warning("session %s: ownership in doubt; serving nothing of it until it is ours again", self.session_id)
         self.runner.unload()  # restored from the last checkpoint: another process may have written meanwhile
         await self.runner.wait_finished()  # finished messages are marked before the inbox is read
-        staged = await self.fence.reestablished(self.session_id)
+        while True:
+            try:
+                staged = await self.fence.reestablished(self.session_id)
+                break
+            except Exception as exc:  # the inbox unreadable: serving anything now could break the order
+                log.warning("session %s: reading its staged messages failed (%r); retrying", self.session_id, exc)
+                await asyncio.sleep(REPLAY_RETRY_S)
         queued: list[Item] = []
         while not self.mailbox.empty():
             queued.append(self.mailbox.get_nowait())

@@ -98,21 +98,21 @@ class PartitionedInbound:
         return lambda: self.ownership.still_ours(partition)
 
     def owns(self, session_id: str) -> bool:
-        """The actors' fence (``OwnershipFence``): ours by the local lease."""
-        return self.owns_session(session_id)
+        """The actors' fence (``OwnershipFence``): ours by the local lease ("": the session-less actor)."""
+        return self.owns_session(session_id or None)
 
     async def reestablished(self, session_id: str) -> list[tuple[StagedMessage, InboundMessage]]:
         """Wait until the session's partition is ours again, by the local lease and then by the
         bucket; return its staged, unfinished messages in staging order. A partition that moved
         is handed over instead (``_lost`` stops the waiting actor)."""
-        partition = self.partition_of(session_id)
+        partition = self.partition_of(session_id or None)
         while not (self.ownership.owns(partition) and await self.ownership.still_ours(partition)):
             await self.ownership.renewed()
         await self._inbox.flush()  # finished messages' marks written: they are not replayed
         return [
             (staged, InboundMessage.model_validate(orjson.loads(staged.payload)))
             for staged in await self._inbox.pending()
-            if staged.session_id == session_id
+            if (staged.session_id or "") == session_id
         ]
 
     async def start(self, lost: asyncio.Event) -> None:

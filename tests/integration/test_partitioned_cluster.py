@@ -162,13 +162,7 @@ async def test_on_a_cluster_a_killed_workers_sessions_move_with_nothing_lost_or_
     assert set(owners.values()) == {pid(b)}
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="known defect (open): when a node's death stalls lease renewals past 0.9 x TTL, a worker's actor "
-    "can serve a session's next message after giving up the previous one as 'owned elsewhere' (it stays "
-    "staged and is answered later), so per-session order can break; nothing is lost. Fix: the actor checks "
-    "the partition's local lease before each item and stops (work stays staged). Passes in most runs.",
-)
+@pytest.mark.rule("MQ-8")
 @pytest.mark.timeout(240)
 async def test_on_a_cluster_killing_a_nats_node_mid_stream_loses_nothing(
     cnc: Client, nats_cluster: NatsCluster, cluster_settings: Settings, workers: list[ServiceProcess]
