@@ -139,7 +139,8 @@ class SessionActor:
                         return
                     continue
                 await self._released(item)
-                if self.fence is not None and not self.fence.owns(self.session_id):
+                # Messages only: a command is routed here by ownership already and never waits on it.
+                if self.fence is not None and isinstance(item, Work) and not self.fence.owns(self.session_id):
                     self.mailbox.put_nowait((priority, order, item))  # still staged: replayed in its place
                     self.mailbox.task_done()
                     await self._replay_when_ours()

@@ -149,3 +149,18 @@ async def test_an_actor_whose_lease_lapsed_between_messages_takes_no_next_messag
     lease.back.set()
     await registry.join(timeout_s=5)
     assert runner.served == ["m1", "m2"]
+
+
+async def test_a_command_routed_here_is_not_held_by_a_lapsed_lease() -> None:
+    gate = asyncio.Event()
+    lease = LocalLease([])
+    runner = Runner(gate, lease, "abandon")
+    registry = ActorRegistry(lambda sid: runner, idle_s=5.0)  # type: ignore[arg-type,return-value]
+    registry.fence = lease
+    lease.ours = False  # no message of the session is served, but the control router chose this process
+
+    async def command(r: Any, reply: Any) -> str:
+        return "done"
+
+    assert await asyncio.wait_for(registry.call("s", "test", command), 5) == "done"
+    assert lease.waiting == 0
