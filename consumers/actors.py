@@ -12,6 +12,12 @@ handled); among themselves, and among messages, arrival order holds.
 
 Deletion (SM-21) stops a session with ``ActorRegistry.stopped``: the running item is
 cancelled and awaited, and the actor starts no new item until the clear is done.
+
+Partitioned ownership (``ActorRegistry.fence``): once the session's partition is not ours by
+the local lease before an item, or an item is given up as owned elsewhere (``OwnershipLost``),
+the actor serves nothing more of the session until the lease is confirmed ours again; then it
+serves the session's staged messages from the inbox in staging order (a moved partition's actor
+is stopped by ``release_sessions`` instead, and the new owner replays them).
 """
 
 from __future__ import annotations
@@ -23,8 +29,9 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
+from consumers.retry_policy import OwnershipLost
 from consumers.turn_runner import TurnRunner
 from core.engine.policy import MidTurnAction
 from core.errors import Unavailable
@@ -38,6 +45,7 @@ MESSAGE_PRIORITY = 1
 # How long a deletion waits for the session's running item to stop before it clears anyway
 # (a write stuck in the store); what the item writes later stays in its old generation.
 STOP_WAIT_S = 10.0
+REPLAY_RETRY_S = 1.0  # a session in doubt whose staged messages could not be read tries again after this
 
 Reply = Callable[[Any], None]
 CommandFn = Callable[[TurnRunner, Reply], Awaitable[Any]]
@@ -68,6 +76,18 @@ class Command:
 Item = tuple[int, int, Work | Command]
 
 
+class OwnershipFence(Protocol):
+    """Whether this process may serve a session now (partitioned ownership)."""
+
+    def owns(self, session_id: str) -> bool:
+        """Ours by the local lease (no I/O)."""
+        ...
+
+    async def reestablished(self, session_id: str) -> list[tuple[StagedMessage, InboundMessage]]:
+        """Return once the session is confirmed ours again: its staged, unfinished messages in staging order."""
+        ...
+
+
 @dataclass
 class SessionActor:
     """The single owner of one session inside this process."""
@@ -87,6 +107,8 @@ class SessionActor:
     # Asked after an item when the mailbox is empty: True when the registry is past its cap of
     # loaded sessions and this actor should end now rather than after ``idle_s``.
     retire: Callable[[SessionActor], bool] | None = None
+    fence: OwnershipFence | None = None
+    order: Callable[[], int] | None = None  # the registry's mailbox order (replayed items are queued anew)
 
     def evictable(self) -> bool:
         """True when ending it now loses nothing: no item in hand or queued, nothing settling."""
@@ -128,10 +150,17 @@ class SessionActor:
                 finally:
                     self.waiting = False
                 await self._released(item)
+                # Messages only: a command is routed here by ownership already and never waits on it.
+                if self.fence is not None and isinstance(item, Work) and not self.fence.owns(self.session_id):
+                    self.mailbox.put_nowait((priority, order, item))  # still staged: replayed in its place
+                    self.mailbox.task_done()
+                    await self._replay_when_ours()
+                    continue
                 self.busy = True
                 self.idle.clear()
                 self.runner.begin_item()
                 handled = False
+                abandoned = False
                 try:
                     if isinstance(item, Command):
                         await self._serve(item)
@@ -140,6 +169,8 @@ class SessionActor:
                         await self.runner.handle(item.staged, item.inbound)
                     handled = True
                     await self.runner.settle_checkpoints()  # no checkpoint stays unacknowledged between items
+                except OwnershipLost:
+                    abandoned = True  # the message stays staged; nothing later of the session may overtake it
                 except asyncio.CancelledError:
                     if isinstance(item, Command) and not item.result.done():
                         item.result.set_exception(Unavailable("the service is shutting down"))
@@ -157,6 +188,8 @@ class SessionActor:
                     self.mailbox.task_done()
                 if self.stopping:
                     return  # shutting down: never sit in the idle wait
+                if abandoned and self.fence is not None:
+                    await self._replay_when_ours()
                 if self.mailbox.empty() and self.retire is not None and self.retire(self):
                     await self.runner.wait_finished()
                     if self.mailbox.empty() and self.runner.can_unload():
@@ -164,6 +197,34 @@ class SessionActor:
         finally:
             self.idle.set()
             self.on_exit(self)
+
+    async def _replay_when_ours(self) -> None:
+        """Ownership in doubt: wait until the session is ours again, then queue its staged messages in
+        staging order ahead of anything that arrived meanwhile (a message staged after the inbox was
+        read stays in its place behind them). The hand-over of a moved partition cancels the wait."""
+        assert self.fence is not None and self.order is not None
+        log.warning("session %s: ownership in doubt; serving nothing of it until it is ours again", self.session_id)
+        self.runner.unload()  # restored from the last checkpoint: another process may have written meanwhile
+        await self.runner.wait_finished()  # finished messages are marked before the inbox is read
+        while True:
+            try:
+                staged = await self.fence.reestablished(self.session_id)
+                break
+            except Exception as exc:  # the inbox unreadable: serving anything now could break the order
+                log.warning("session %s: reading its staged messages failed (%r); retrying", self.session_id, exc)
+                await asyncio.sleep(REPLAY_RETRY_S)
+        queued: list[Item] = []
+        while not self.mailbox.empty():
+            queued.append(self.mailbox.get_nowait())
+            self.mailbox.task_done()
+        waiting = {i.staged.key: i for _, _, i in queued if isinstance(i, Work)}
+        for message, inbound in staged:
+            work = waiting.pop(message.key, None) or Work(message, inbound)
+            self.mailbox.put_nowait((MESSAGE_PRIORITY, self.order(), work))
+        for priority, order, item in sorted(queued, key=lambda q: (q[0], q[1])):
+            if isinstance(item, Command) or item.staged.key in waiting:
+                self.mailbox.put_nowait((priority, order if isinstance(item, Command) else self.order(), item))
+        log.info("session %s: ours again; %d staged messages replayed in order", self.session_id, len(staged))
 
     async def _serve(self, command: Command) -> None:
         def reply(value: Any) -> None:
@@ -210,6 +271,7 @@ class ActorRegistry:
         self._order = itertools.count()
         self._closing = False
         self._holds: dict[str, list[asyncio.Event]] = {}
+        self.fence: OwnershipFence | None = None  # partitioned: set once the partitions' owner is built
 
     def __len__(self) -> int:
         return len(self._actors)
@@ -217,6 +279,9 @@ class ActorRegistry:
     def queued(self) -> int:
         """Items waiting in all mailboxes (metrics)."""
         return sum(actor.mailbox.qsize() for actor in self._actors.values())
+
+    def _next_order(self) -> int:
+        return next(self._order)
 
     def get(self, session_id: str) -> SessionActor | None:
         return self._actors.get(session_id)
@@ -226,7 +291,7 @@ class ActorRegistry:
         if actor is None or actor.task is None or actor.task.done():
             actor = SessionActor(
                 session_id, self._make_runner(session_id), self._idle_s, self._forget, held=self._held,
-                retire=self._retire,
+                retire=self._retire, fence=self.fence, order=self._next_order,
             )
             self._actors[session_id] = actor
             actor.start()
@@ -291,7 +356,8 @@ class ActorRegistry:
         # A message may have slipped in between the idle timeout and exit: serve it.
         if not actor.mailbox.empty() and not self._closing:
             fresh = SessionActor(
-                actor.session_id, actor.runner, self._idle_s, self._forget, held=self._held, retire=self._retire
+                actor.session_id, actor.runner, self._idle_s, self._forget, held=self._held, retire=self._retire,
+                fence=self.fence, order=self._next_order,
             )
             fresh.mailbox = actor.mailbox
             self._actors[actor.session_id] = fresh

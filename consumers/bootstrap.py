@@ -258,6 +258,7 @@ def bootstrap(
             s, subjects, connection=broker.connection, js=js, inbox=inbox, actors=actors, manager=manager,
             metrics=metrics, make_loop=partition_loop,
         )
+        actors.fence = partitioned  # a session in doubt serves nothing until its staged messages replay in order
         router = ControlRouter(
             partitioned, subjects=subjects, connection=broker.connection, manager=manager, actors=actors,
             clear_history=history.clear,

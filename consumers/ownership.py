@@ -105,6 +105,7 @@ class PartitionOwnership:
         self._renewer: asyncio.Task[None] | None = None
         self._member_at = 0.0
         self.members = 1
+        self._renewal = asyncio.Event()  # set (and replaced) at every successful renewal
 
     # -- queries -------------------------------------------------------------------
 
@@ -132,6 +133,10 @@ class PartitionOwnership:
             log.warning("reading the lease of partition %d failed (%r); the local lease decides", partition, exc)
             return self.owns(partition)
         return entry.value == self.owner_id.encode()
+
+    async def renewed(self) -> None:
+        """Return at the next successful renewal of a held lease (a lapsed local lease may be ours again)."""
+        await self._renewal.wait()
 
     async def owner_of(self, partition: int) -> str | None:
         """The owner id named by ``partition``'s key (None: nobody holds it now)."""
@@ -229,6 +234,8 @@ class PartitionOwnership:
                     kv.update(_pkey(partition), self.owner_id.encode(), last=held.revision), self._cadence_s()
                 )
                 held.renewed_at = now
+                self._renewal.set()
+                self._renewal = asyncio.Event()
             except KeyWrongLastSequenceError:
                 lost.append(partition)
             except (TimeoutError, Exception) as exc:  # the local validity decides later

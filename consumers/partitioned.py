@@ -9,7 +9,10 @@ acts on its transitions:
   one fetch loop per partition on its durable consumer;
 - lost or handed over: stop the partitions' fetch loops at once (what is in flight is nacked or
   redelivered), then stop their sessions' actors (running turns cancelled; everything stays
-  staged for the new owner).
+  staged for the new owner);
+- in doubt (the local lease lapsed while renewals stall, or a turn found the key naming another
+  owner): the session's actor serves nothing more until ``reestablished`` confirms the partition
+  ours again and hands it the session's staged messages in staging order (or the loss above stops it).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from consumers.metrics import Metrics
 from consumers.ownership import PartitionOwnership
 from consumers.partitions import CATCH_ALL_PARTITION, partition_consumer, partition_of, stored_partition
 from consumers.settings import Settings
+from core.inbox import StagedMessage
 from core.sessions.manager import SessionManager
 from core.store.inbox import SqlInbox
 from schemas.subjects import Subjects
@@ -92,6 +96,24 @@ class PartitionedInbound:
     def still_owner(self, session_id: str) -> Callable[[], Awaitable[bool]]:
         partition = self.partition_of(session_id)
         return lambda: self.ownership.still_ours(partition)
+
+    def owns(self, session_id: str) -> bool:
+        """The actors' fence (``OwnershipFence``): ours by the local lease ("": the session-less actor)."""
+        return self.owns_session(session_id or None)
+
+    async def reestablished(self, session_id: str) -> list[tuple[StagedMessage, InboundMessage]]:
+        """Wait until the session's partition is ours again, by the local lease and then by the
+        bucket; return its staged, unfinished messages in staging order. A partition that moved
+        is handed over instead (``_lost`` stops the waiting actor)."""
+        partition = self.partition_of(session_id or None)
+        while not (self.ownership.owns(partition) and await self.ownership.still_ours(partition)):
+            await self.ownership.renewed()
+        await self._inbox.flush()  # finished messages' marks written: they are not replayed
+        return [
+            (staged, InboundMessage.model_validate(orjson.loads(staged.payload)))
+            for staged in await self._inbox.pending()
+            if (staged.session_id or "") == session_id
+        ]
 
     async def start(self, lost: asyncio.Event) -> None:
         self._ownership_lost = lost

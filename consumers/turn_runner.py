@@ -277,7 +277,9 @@ class TurnRunner:
         message that keeps failing is dead-lettered on ``<prefix>.dlq.turn`` and dropped
         (``message.dropped`` reason ``failed``), so the session goes on with its next message.
         A process that no longer owns the session stops instead: the message stays staged for
-        the owner. Raises only when even the dead letter cannot be published."""
+        the owner and ``OwnershipLost`` is raised (the actor then serves nothing later of the
+        session until its staged messages are replayed in order). Otherwise raises only when even
+        the dead letter cannot be published."""
         log_context(session_id=self.session_id, inbound_id=inbound.id)
         try:
             async for attempt in self._retry.retrying(self._before_retry):
@@ -285,12 +287,13 @@ class TurnRunner:
                     await self._handle_once(staged, inbound)
         except OwnershipLost as exc:
             log.warning("session %s: %s; %s stays staged for it", self.session_id, exc, staged.message_id)
+            raise
         except Exception as exc:
             self.unload()
             if not await self._owned():
                 log.warning("session %s: another process owns it now; %s stays staged for it",
                             self.session_id, staged.message_id)
-                return
+                raise OwnershipLost("another process owns the session now") from exc
             await self._give_up(staged, inbound, exc)
 
     async def _owned(self) -> bool:
