@@ -256,7 +256,7 @@ def bootstrap(
     if s.partitions > 1:
         partitioned = PartitionedInbound(
             s, subjects, connection=broker.connection, js=js, inbox=inbox, actors=actors, manager=manager,
-            metrics=metrics, make_loop=partition_loop,
+            metrics=metrics, make_loop=partition_loop, forget_created=opener.forget_created,
         )
         actors.fence = partitioned  # a session in doubt serves nothing until its staged messages replay in order
         router = ControlRouter(

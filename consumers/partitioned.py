@@ -60,6 +60,7 @@ class PartitionedInbound:
         manager: SessionManager,
         metrics: Metrics,
         make_loop: Callable[[str, Callable[[], bool]], InboundLoop],
+        forget_created: Callable[[Callable[[str], bool]], None] = lambda moved: None,
     ) -> None:
         s = settings
         self._settings = s
@@ -71,6 +72,7 @@ class PartitionedInbound:
         self._manager = manager
         self._metrics = metrics
         self._make_loop = make_loop
+        self._forget_created = forget_created  # SessionOpener.forget_created
         self._ownership_lost = asyncio.Event()  # the process's ownership-lost event, given by start()
         sqlite = s.database_url.startswith("sqlite")
         self.ownership = PartitionOwnership(
@@ -182,6 +184,8 @@ class PartitionedInbound:
             sub = self._advisories.pop(p, None)
             if sub is not None:
                 await _quietly(sub.unsubscribe())
+        # A session created here and not opened yet may be written by the new owner meanwhile.
+        self._forget_created(lambda sid: self.partition_of(sid) in gone)
         stopped = await self._actors.release_sessions(lambda sid: self.partition_of(sid) in gone)
         log.info("partitions %s handed over: %d session actors stopped", partitions, stopped)
 

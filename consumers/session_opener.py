@@ -100,6 +100,12 @@ class SessionOpener:
         while len(self._created) > MAX_CREATED_REMEMBERED:
             self._created.popitem(last=False)  # forgetting only costs that session a full load
 
+    def forget_created(self, moved: Callable[[str], bool]) -> None:
+        """Sessions another process owns now (a lost partition): whatever it writes, their journal is
+        no longer known to be empty, so their next open here reads it."""
+        for session_id in [sid for sid in self._created if moved(sid)]:
+            del self._created[session_id]
+
     def pop_created(self, session_id: str) -> bool:
         """True once for a session ``remember_created`` saw and nothing opened since."""
         if session_id not in self._created:

@@ -4,6 +4,7 @@ partition is ours again, by the local lease and by the bucket."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import orjson
 
@@ -76,3 +77,34 @@ async def test_a_session_in_doubt_gets_its_staged_messages_in_order_only_once_it
     assert [i.id for _, i in staged] == ["m1", "m2"]
     assert inbox.flushed == 1  # finished messages' marks written first: they are not replayed
     assert [m.message_id for m, _ in await parts.reestablished("")] == ["n1"]  # the session-less actor
+
+
+class Actors:
+    def __init__(self) -> None:
+        self.released: list[str] = []
+
+    async def release_sessions(self, owned_elsewhere: Callable[[str], bool]) -> int:
+        self.released = [sid for sid in ("s", "other") if owned_elsewhere(sid)]
+        return len(self.released)
+
+
+async def test_a_lost_partitions_sessions_created_here_are_no_longer_taken_as_empty() -> None:
+    """A session this process created and never opened, whose partition moves away, may be written by
+    the new owner: if the partition comes back, its next open here must read its journal."""
+    forgotten: list[str] = []
+    created = {"s", "other"}
+    settings = Settings(partitions=4)
+    actors = Actors()
+
+    def forget_created(moved: Callable[[str], bool]) -> None:
+        forgotten.extend(sorted(sid for sid in created if moved(sid)))
+
+    parts = PartitionedInbound(
+        settings, Subjects("t"), connection=None, js=None, inbox=None, actors=actors,  # type: ignore[arg-type]
+        manager=None, metrics=None, make_loop=None, forget_created=forget_created,  # type: ignore[arg-type]
+    )
+    lost = parts.partition_of("s")
+    await parts._lost([lost])
+    expected = sorted(sid for sid in created if parts.partition_of(sid) == lost)
+    assert forgotten == expected and "s" in forgotten
+    assert actors.released == [sid for sid in ("s", "other") if parts.partition_of(sid) == lost]
