@@ -64,7 +64,6 @@ async def _turns(service: TurnstileService, nc: Client, subjects: Subjects, sid:
     await service.actors.join(timeout_s=10)
 
 
-@pytest.mark.rule("KS-20")
 @pytest.mark.timeout(60)
 async def test_the_state_at_each_kept_checkpoint_is_that_checkpoint_and_older_steps_are_their_prefix(
     service_on: TurnstileService, nc: Client, subjects: Subjects

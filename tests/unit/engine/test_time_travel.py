@@ -47,7 +47,6 @@ async def _busy_group_session(make_session: SessionFactory) -> tuple[Any, RawRec
     return session, checkpoints
 
 
-@pytest.mark.rule("KS-20")
 async def test_the_snapshot_rebuilt_at_every_version_is_that_checkpoint_byte_for_byte(
     make_session: SessionFactory, journal: InMemoryJournal
 ) -> None:
@@ -64,7 +63,6 @@ async def test_the_snapshot_rebuilt_at_every_version_is_that_checkpoint_byte_for
         assert orjson.dumps(rebuilt) == raw, f"state version {version}"
 
 
-@pytest.mark.rule("KS-20")
 async def test_a_version_between_checkpoints_is_the_fold_of_its_prefix(
     make_session: SessionFactory, journal: InMemoryJournal
 ) -> None:
