@@ -155,7 +155,7 @@ class ControlRouter:
         manager = self._manager
         root = routing_key(op, request)  # session.delete names its session
         assert root is not None
-        subtree = _subtree(manager, root)
+        subtree = manager.subtree(root)
         remote = [sid for sid in subtree if not partitioned.owns_session(sid)]
         held: list[tuple[str, str]] = []
         try:
@@ -279,15 +279,6 @@ def _give_id(request: BaseModel) -> None:
     if fields is not None and hasattr(fields, "id") and not getattr(fields, "id", None):
         with contextlib.suppress(Exception):  # a frozen model: the creating worker picks the id
             fields.id = uuid.uuid4().hex
-
-
-def _subtree(manager: Any, root: str) -> list[str]:
-    out, todo = [], [root]
-    while todo:
-        sid = todo.pop()
-        out.append(sid)
-        todo.extend(child.id for child in manager.get_children(sid))
-    return out
 
 
 def _member_of(owner_id: str) -> str:

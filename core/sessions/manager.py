@@ -150,6 +150,10 @@ class SessionManager:
             return self._table.filtered(None, False, status)
         return self._table.filtered(parent_id, True, status)
 
+    def subtree(self, session_id: str) -> list[str]:
+        """``session_id`` and all its descendants, parents before children (nothing when unknown)."""
+        return self._table.subtree(session_id)
+
     def get_children(self, parent_id: str) -> list[SessionRecord]:
         """SM-34: the children of ``parent_id`` in creation order."""
         return [c for c in (self._table.get(i) for i in self._table.child_ids(parent_id)) if c is not None]
