@@ -28,6 +28,8 @@ async def partition_owners(nc: Client, subjects: Subjects) -> dict[int, int]:
         kv = await nc.jetstream().key_value(f"{subjects.stream_prefix}_PARTITIONS")
     except NotFoundError:  # no worker has joined yet
         return {}
+    except Exception:  # a cluster electing a bucket leader (the lookup times out): ask again at the next poll
+        return {}
     owners: dict[int, int] = {}
     for p in range(PARTITIONS):
         try:
