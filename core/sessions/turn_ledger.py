@@ -71,7 +71,9 @@ class TurnLedger:
         ``session.updated`` is emitted for every call (SM-15 asks it for usage; the turn
         changes carry ``last_turn``/``status`` to watchers), with the record as it now is.
         """
-        written = await self._writer.change_behind(session_id, change)
+        # Lazy: nobody waits for the bookkeeping on the turn's path; it shares the next journal
+        # or staging transaction instead of committing alone.
+        written = await self._writer.change_behind(session_id, change, lazy=True)
         if written is None:
             return None
         try:
