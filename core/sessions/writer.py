@@ -120,6 +120,8 @@ class SessionWriter:
         self._queued[session_id] = (held, done, lazy and (queued is None or queued[2]))
         if session_id not in self._behind:
             self._behind[session_id] = asyncio.ensure_future(self._write_queued(session_id))
+        elif not lazy:
+            self._repository.hurry()  # the session's write in flight may be a lazy one: do not wait behind it
         return done
 
     async def change_behind(
