@@ -91,6 +91,7 @@ class GroupCommitter:
         self._writer: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._sync_engine: Engine | None = None
+        self._writer_conn: Connection | None = None
         self._thread: ThreadPoolExecutor | None = None
         if db_engine.dialect.name == "sqlite":
             self._sync_engine = create_sqlite_writer_engine(db_engine, sqlite_synchronous)
@@ -138,7 +139,9 @@ class GroupCommitter:
         self._queue = None
         if self._thread is not None:
             if self._sync_engine is not None:
-                await asyncio.get_running_loop().run_in_executor(self._thread, self._sync_engine.dispose)
+                loop = asyncio.get_running_loop()
+                await loop.run_in_executor(self._thread, self._drop_writer_connection)
+                await loop.run_in_executor(self._thread, self._sync_engine.dispose)
             self._thread.shutdown(wait=True)
             self._thread = None
 
@@ -200,7 +203,7 @@ class GroupCommitter:
             if self._inline:
                 try:
                     results = self._sync_transaction(ops)
-                except OperationalError as exc:
+                except (OperationalError, sqlite3.OperationalError) as exc:
                     if not _lock_taken(exc):
                         raise
                     self.waited += 1
@@ -216,19 +219,38 @@ class GroupCommitter:
         return results
 
     def _sync_transaction(self, ops: list[Operation], wait: bool = False) -> list[Any]:
-        assert self._sync_engine is not None
-        with self._sync_engine.connect() as conn:
-            # On the DBAPI connection: a statement through SQLAlchemy would begin the transaction.
-            raw = conn.connection.driver_connection
-            assert raw is not None
-            if wait:  # in the thread: wait for the write lock like any other connection
-                raw.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        conn = self._writer_connection()
+        # On the DBAPI connection: a statement through SQLAlchemy would begin the transaction.
+        raw = conn.connection.driver_connection
+        assert raw is not None
+        if wait:  # in the thread: wait for the write lock like any other connection
+            raw.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        try:
+            with conn.begin():  # pysqlite's own begin is a no-op: BEGIN IMMEDIATE is ours
+                raw.execute("BEGIN IMMEDIATE")
+                return _run_all(conn, ops)
+        except BaseException:
+            if conn.invalidated or conn.closed:
+                self._drop_writer_connection()
+            raise
+        finally:
+            if wait and not conn.closed:
+                raw.execute("PRAGMA busy_timeout=0")
+
+    def _writer_connection(self) -> Connection:
+        """The writer's one connection, kept open between transactions (no pool checkout each time)."""
+        if self._writer_conn is None or self._writer_conn.closed or self._writer_conn.invalidated:
+            assert self._sync_engine is not None
+            self._writer_conn = self._sync_engine.connect()
+        return self._writer_conn
+
+    def _drop_writer_connection(self) -> None:
+        conn, self._writer_conn = self._writer_conn, None
+        if conn is not None:
             try:
-                with conn.begin():
-                    return _run_all(conn, ops)
-            finally:
-                if wait:
-                    raw.execute("PRAGMA busy_timeout=0")
+                conn.close()
+            except Exception as exc:  # already broken: nothing more to release
+                log.debug("closing the SQLite writer connection failed: %r", exc)
 
     def _checkpoint_wal(self, loop: asyncio.AbstractEventLoop) -> None:
         """Copy the WAL into the database file in the thread (PASSIVE: never blocks a writer)."""
@@ -246,9 +268,11 @@ class GroupCommitter:
             log.debug("WAL checkpoint skipped: %r", exc)
 
 
-def _lock_taken(exc: OperationalError) -> bool:
-    """SQLite refused BEGIN IMMEDIATE because another connection holds the write lock."""
-    return "locked" in str(exc.orig) or "busy" in str(exc.orig)
+def _lock_taken(exc: OperationalError | sqlite3.OperationalError) -> bool:
+    """SQLite refused BEGIN IMMEDIATE because another connection holds the write lock (raised by
+    the DBAPI connection itself, or by a statement through SQLAlchemy)."""
+    reason = str(exc.orig if isinstance(exc, OperationalError) else exc)
+    return "locked" in reason or "busy" in reason
 
 
 def _settle(queued: _Queued, *, result: Any = None, exc: BaseException | None = None) -> None:
