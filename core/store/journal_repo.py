@@ -25,8 +25,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from core.engine.journal import EntryKind, JournalEntry
 from core.errors import Conflict, OwnershipLost, Unavailable
 from core.store.committer import GroupCommitter
-from core.store.partition_epochs import WriteFence, claims_of, epochs_hold
 from core.store.journal_tables import journal_entries
+from core.store.partition_epochs import WriteFence, claims_of, epochs_hold
 from core.store.session_tables import generations_table, sessions_table
 
 
