@@ -39,6 +39,7 @@ partition_epochs = Table(
 )
 
 Claim = tuple[int, int]  # (partition, epoch)
+_CONFIRMED = "turnstile_confirmed_epochs"  # conn.info: (transaction, claims confirmed in it)
 
 
 class WriteFence(Protocol):
@@ -63,16 +64,26 @@ def claims_of(fence: WriteFence | None, session_ids: Iterable[str | None]) -> se
 
 def epochs_hold(conn: Connection, claims: set[Claim] | None) -> bool:
     """Inside a write transaction: do all ``claims`` match the stored epochs? Locks the rows FOR SHARE
-    until the transaction ends, so no new owner records its epoch in between (PostgreSQL)."""
+    until the transaction ends, so no new owner records its epoch in between (PostgreSQL). A claim
+    already confirmed in the same transaction is not read again: its row stays locked until the commit
+    (a group transaction checks each partition once, not once per write)."""
     if not claims:
+        return True
+    transaction = conn.get_transaction()
+    cached = conn.info.get(_CONFIRMED)
+    confirmed: set[Claim] = cached[1] if cached is not None and cached[0] is transaction else set()
+    wanted = claims - confirmed
+    if not wanted:
         return True
     t = partition_epochs
     rows = conn.execute(
-        select(t.c.partition)
-        .where(or_(*((t.c.partition == p) & (t.c.epoch == e) for p, e in sorted(claims))))
+        select(t.c.partition, t.c.epoch)
+        .where(or_(*((t.c.partition == p) & (t.c.epoch == e) for p, e in sorted(wanted))))
         .with_for_update(read=True)
     ).all()
-    return len(rows) == len({p for p, _ in claims})
+    confirmed |= {(int(r[0]), int(r[1])) for r in rows}
+    conn.info[_CONFIRMED] = (transaction, confirmed)
+    return wanted <= confirmed
 
 
 async def record_epoch(engine: AsyncEngine, partition: int, epoch: int, owner: str) -> bool:
