@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import core.store.chat_scope_repo
 import core.store.inbox
 import core.store.journal_tables
 import core.store.lease_repo

@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from consumers.shared_state import SharedState
 from core.sessions.fields import SessionCreation
+from core.sessions.incoming_message import ChatScope, IncomingMessage
 from core.sessions.manager import SessionManager
 from core.sessions.platforms import AdapterInstance
 from core.sessions.records import JsonObject
@@ -163,5 +164,45 @@ async def test_on_sqlite_a_registration_outlives_the_process(sqlite_url: str) ->
     restarted = await open_process(sqlite_url)
     try:
         assert restarted.manager.registry.instances() == [instance]
+    finally:
+        await restarted.close()
+
+
+@pytest.mark.postgres
+@pytest.mark.rule("SM-26")
+async def test_a_chat_type_a_message_declared_one_to_one_is_known_to_every_process(
+    two: tuple[Process, Process], postgres_url: str
+) -> None:
+    # SM-26 asks whether the window type is declared one-to-one: a message judged in A must count in B.
+    a, b = two
+    sid = f"tg:{uuid.uuid4().hex[:8]}"
+    dm = ChatScope(type="private", target_id="42", multi_party=False, declared_one_to_one=True)
+    assert not b.manager.registry.is_declared_one_to_one("telegram", "private")
+    await a.manager.record_inbound(IncomingMessage(id="m1", session_id=sid, platform="telegram", chat=dm))
+    assert a.manager.registry.is_declared_one_to_one("telegram", "private")
+    await wait_for(lambda: b.manager.registry.is_declared_one_to_one("telegram", "private"),
+                   what="the declaration in the other process")
+    assert not b.manager.registry.is_declared_one_to_one("telegram", "group")
+    await a.shared.flush()  # what is being written is written (a process that stops finishes it)
+    late = await open_process(postgres_url)  # a process started afterwards loads it
+    try:
+        assert late.manager.registry.is_declared_one_to_one("telegram", "private")
+    finally:
+        await late.close()
+
+
+async def test_on_sqlite_a_declared_one_to_one_chat_type_outlives_the_process(sqlite_url: str) -> None:
+    engine = create_db_engine(sqlite_url)
+    await migrate(engine)
+    await engine.dispose()
+    first = await open_process(sqlite_url)
+    dm = ChatScope(type="im", target_id="7", multi_party=False, declared_one_to_one=True)
+    try:
+        await first.manager.record_inbound(IncomingMessage(id="m1", session_id="slack:im:7", platform="slack", chat=dm))
+    finally:
+        await first.close()
+    restarted = await open_process(sqlite_url)
+    try:
+        assert restarted.manager.registry.is_declared_one_to_one("slack", "im")
     finally:
         await restarted.close()

@@ -1,4 +1,5 @@
-"""partition epochs: the write-time ownership fence of partitioned processes
+"""partition epochs (the write-time ownership fence of partitioned processes) and the chat types
+messages declared one-to-one (SM-26, shared by every process)
 
 Revision ID: e2b7c9d4f1a8
 Revises: c4d8e1f2a6b3
@@ -25,7 +26,15 @@ def upgrade() -> None:
         sa.Column("recorded_at", sa.Double(), nullable=False),
         sa.PrimaryKeyConstraint("partition", name=op.f("pk_partition_epochs")),
     )
+    op.create_table(
+        "learned_chat_scopes",
+        sa.Column("platform", sa.String(length=128), nullable=False),
+        sa.Column("chat_type", sa.String(length=128), nullable=False),
+        sa.Column("learned_at", sa.Double(), nullable=False),
+        sa.PrimaryKeyConstraint("platform", "chat_type", name=op.f("pk_learned_chat_scopes")),
+    )
 
 
 def downgrade() -> None:
+    op.drop_table("learned_chat_scopes")
     op.drop_table("partition_epochs")
