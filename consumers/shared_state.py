@@ -14,17 +14,24 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core.sessions.manager import SessionManager
 from core.sessions.platforms import AdapterInstance
+from core.sessions.ports import StoreChange
 from core.store.change_feed import ChangeFeed, SharedChange, notify, read_back, read_with_ancestors
 from core.store.chat_scope_repo import SqlChatScopeRepository
 from core.store.platform_repo import SqlPlatformRepository
+from core.store.session_tables import places_table, workspaces_table
 
 log = logging.getLogger(__name__)
+
+# pg_advisory_xact_lock key serialising place and workspace writes across processes ("tsdirect").
+DIRECTORY_LOCK_KEY = 0x7473646972656374
 
 
 def new_origin() -> str:
@@ -94,6 +101,27 @@ class SharedState:
         wanted = [i for i in session_ids if i]
         if self.shared and wanted:
             await self._manager.install_external(lambda: read_with_ancestors(self._engine, wanted))
+
+    @asynccontextmanager
+    async def directory_writes(self) -> AsyncIterator[None]:
+        """Around ``place.update`` and ``workspace.add``/``remove`` on a shared database: one process at a
+        time (a PostgreSQL advisory lock held until the write committed), judged on every place and
+        workspace read through first, so two processes never merge onto or check a stale copy."""
+        if not self.shared:
+            yield
+            return
+        async with self._engine.begin() as conn:  # the lock ends with this transaction, after the write
+            await conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": DIRECTORY_LOCK_KEY})
+            await self._manager.install_external(self._read_directory)
+            yield
+
+    async def _read_directory(self) -> StoreChange:
+        async with self._engine.connect() as conn:
+            places = {str(k) for k in (await conn.execute(select(places_table.c.key))).scalars()}
+            workspaces = {str(k) for k in (await conn.execute(select(workspaces_table.c.id))).scalars()}
+        places |= {p.key for p in self._manager.list_places()}
+        workspaces |= {w.id for w in self._manager.list_workspaces()}
+        return await read_back(self._engine, SharedChange(origin="", places=tuple(places), workspaces=tuple(workspaces)))
 
     def _learned(self, platform: str, chat_type: str) -> None:
         task = asyncio.create_task(self._store_learned(platform, chat_type))

@@ -3,17 +3,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from consumers.shared_state import SharedState
+from core.sessions.directory import AddedWorkspace
 from core.sessions.fields import SessionCreation
 from core.sessions.incoming_message import ChatScope, IncomingMessage
 from core.sessions.manager import SessionManager
+from core.sessions.places import default_workspace_place
 from core.sessions.platforms import AdapterInstance
 from core.sessions.records import JsonObject
 from core.store.change_feed import NotifyingSessionRepository
@@ -68,6 +72,7 @@ async def two(postgres_url: str) -> AsyncIterator[tuple[Process, Process]]:
 
 
 CLI = SessionCreation(created_from="cli")
+DEFAULT = default_workspace_place(0.0)
 
 
 @pytest.mark.postgres
@@ -206,3 +211,32 @@ async def test_on_sqlite_a_declared_one_to_one_chat_type_outlives_the_process(sq
         assert restarted.manager.registry.is_declared_one_to_one("slack", "im")
     finally:
         await restarted.close()
+
+
+@pytest.mark.postgres
+async def test_place_and_workspace_writes_from_two_processes_at_once_lose_nothing(
+    two: tuple[Process, Process], tmp_path: Path
+) -> None:
+    # What place.update / workspace.add run in (consumers/session_operations.py): one process at a time,
+    # on every place and workspace read through, so neither merges onto a copy the other just changed.
+    a, b = two
+
+    async def update(p: Process, metadata: JsonObject) -> None:
+        async with p.shared.directory_writes():
+            await p.manager.update_place("workspace:default", metadata)
+
+    async def add(p: Process, root: str) -> AddedWorkspace:
+        async with p.shared.directory_writes():
+            return await p.manager.add_workspace(root)
+
+    for n in range(3):
+        await asyncio.gather(update(a, {f"a{n}": n}), update(b, {f"b{n}": n}))
+    wanted = {f"{who}{n}": n for who in "ab" for n in range(3)}
+    for p in (a, b):
+        await wait_for(lambda p=p: (p.manager.get_place("workspace:default") or DEFAULT).metadata == wanted,
+                       what="every key of both processes' updates")
+
+    root = str(tmp_path)
+    first, second = await asyncio.gather(add(a, root), add(b, root))
+    assert first.workspace.id == second.workspace.id  # one workspace per root, and no unique-key error
+    assert sorted([first.existed, second.existed]) == [False, True]
