@@ -15,14 +15,14 @@ from dataclasses import dataclass
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from consumers.backoff import tenacity_wait
+from core.errors import OwnershipLost  # raised here and by the SQL write fence (core/store/partition_epochs.py)
 
 BASE_BACKOFF_S = 0.5
 
 BeforeRetry = Callable[[RetryCallState], Awaitable[None]]
 
 
-class OwnershipLost(Exception):
-    """Raised when a failed message turns out to belong to another process now: stop, do not dead-letter."""
+__all__ = ["OwnershipLost", "TurnRetryPolicy"]
 
 
 def _retryable(exc: BaseException) -> bool:
