@@ -26,16 +26,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from tenacity import RetryCallState
 
 from consumers.checkpoint_transitions import transition_of
 from consumers.checkpoints import CheckpointChain
 from consumers.logs import clear_log_context, log_context
 from consumers.message_finisher import TurnFinisher
+from consumers.message_retries import MAX_ERROR_CHARS, MessageRetries
 from consumers.metrics import Metrics
 from consumers.publisher import Publisher
 from consumers.replies import ItemPublishes, ReplySender, ReplyTarget
-from consumers.retry_policy import OwnershipLost, TurnRetryPolicy
+from consumers.retry_policy import TurnRetryPolicy
 from consumers.runner_ports import EngineOpener, SessionRecords
 from consumers.turn_events import TurnEvents
 from consumers.turn_inputs import chat_of, external_id_of, principal_of, work_of
@@ -44,14 +44,12 @@ from core.engine.policy import MidTurnAction, MidTurnPolicy, decide_mid_turn
 from core.engine.snapshot import EncodedSnapshot
 from core.errors import Cancelled, CheckpointFailed, StaleGeneration, TurnstileError, Unavailable
 from core.sessions.rules import from_elsewhere
-from core.store.inbox import DROPPED, SqlInbox, StagedMessage
+from core.store.inbox import SqlInbox, StagedMessage
 from schemas.wire import Checkpoint, InboundMessage
 
 log = logging.getLogger(__name__)
 
-MAX_ERROR_CHARS = 200
 BUSY_REASON = "busy"
-FAILED_REASON = "failed"
 POLICIES = tuple(p.value for p in MidTurnPolicy)
 FINISHED_REMEMBERED = 256
 # Checkpoints of these steps are stored before the engine goes on: a tool runs next.
@@ -97,9 +95,6 @@ class TurnRunner:
         self._metrics = metrics or _UNMETERED
         self._failure_reply = failure_reply
         self.received_at: float | None = None  # monotonic time the item in hand was queued (reply latency)
-        self._retry = retry or TurnRetryPolicy()
-        # "Does this process still own the session?" (the ownership lease); None: always.
-        self._still_owner = still_owner
         self._engines = engines
         self._book = book
         self._pub = publisher
@@ -126,6 +121,10 @@ class TurnRunner:
             session_id, book=book, publisher=publisher, metrics=self._metrics, publishes=self._publishes, clock=clock
         )
         self._finisher = TurnFinisher(session_id, publisher, inbox, self._finished.append)
+        self._retries = MessageRetries(
+            session_id, publisher=publisher, inbox=inbox, publishes=self._publishes,
+            retry=retry or TurnRetryPolicy(), still_owner=still_owner, forget=self.unload,
+        )
 
     # -- arrival policy ---------------------------------------------------------------
     def policy(self) -> str:
@@ -148,7 +147,7 @@ class TurnRunner:
 
     async def reject(self, staged: StagedMessage, inbound: InboundMessage) -> None:
         """Drop a message refused by the ``reject`` policy (``message.dropped`` reason ``busy``)."""
-        await self._drop(staged, inbound, BUSY_REASON, "a turn was running and the session's policy is reject")
+        await self._retries.drop(staged, inbound, BUSY_REASON, "a turn was running and the session's policy is reject")
 
     def begin_item(self) -> None:
         """The actor starts a new item: a stop requested while idle does not carry over."""
@@ -273,67 +272,14 @@ class TurnRunner:
 
     # -- one message ----------------------------------------------------------------------
     async def handle(self, staged: StagedMessage, inbound: InboundMessage) -> None:
-        """Serve one staged message. A failure is retried with backoff (``TurnRetryPolicy``); a
-        message that keeps failing is dead-lettered on ``<prefix>.dlq.turn`` and dropped
-        (``message.dropped`` reason ``failed``), so the session goes on with its next message.
-        A process that no longer owns the session stops instead: the message stays staged for
-        the owner and ``OwnershipLost`` is raised (the actor then serves nothing later of the
-        session until its staged messages are replayed in order). Otherwise raises only when even
-        the dead letter cannot be published."""
+        """Serve one staged message, retried and at last dead-lettered by ``MessageRetries``."""
         log_context(session_id=self.session_id, inbound_id=inbound.id)
-        try:
-            async for attempt in self._retry.retrying(self._before_retry):
-                with attempt:
-                    await self._handle_once(staged, inbound)
-        except OwnershipLost as exc:
-            log.warning("session %s: %s; %s stays staged for it", self.session_id, exc, staged.message_id)
-            raise
-        except Exception as exc:
-            self.unload()
-            if not await self._owned():
-                log.warning("session %s: another process owns it now; %s stays staged for it",
-                            self.session_id, staged.message_id)
-                raise OwnershipLost("another process owns the session now") from exc
-            await self._give_up(staged, inbound, exc)
-
-    async def _owned(self) -> bool:
-        return True if self._still_owner is None else await self._still_owner()
-
-    async def _before_retry(self, state: RetryCallState) -> None:
-        exc = state.outcome.exception() if state.outcome is not None else None
-        log.warning("session %s: serving %s failed (attempt %d): %r",
-                    self.session_id, getattr(exc, "message", None) or exc, state.attempt_number, exc)
-        self.unload()  # forget what we hold: the next attempt restores from the last checkpoint
-        # A fence refusal or a lost lease means another process serves this session now: never
-        # retry on top of its state, never dead-letter its message.
-        if not await self._owned():
-            raise OwnershipLost("another process owns the session now")
-
-    async def _give_up(self, staged: StagedMessage, inbound: InboundMessage, exc: Exception) -> None:
-        """Dead-letter ``staged`` with its error, then drop it (event + inbox mark)."""
-        code = exc.code if isinstance(exc, TurnstileError) else "internal"
-        message = (exc.message if isinstance(exc, TurnstileError) else repr(exc))[:MAX_ERROR_CHARS]
-        log.error("session %s: %s failed %d times (%s: %s); dead-lettered",
-                  self.session_id, staged.message_id, self._retry.attempts, code, message)
-        subjects = self._pub.subjects
-
-        async def _log_retry(state: RetryCallState) -> None:
-            log.warning("session %s: dead-lettering %s failed (attempt %d)",
-                        self.session_id, staged.message_id, state.attempt_number)
-
-        async for attempt in self._retry.retrying(_log_retry):
-            with attempt:
-                await self._pub.dead_letter(
-                    subjects.inbound(inbound.platform, inbound.session_id), staged.payload, None, code, message,
-                    session_id=self.session_id, dlq_subject=subjects.dlq_turn,
-                    msg_id=f"turn:{staged.platform}:{staged.message_id}",
-                )
-        await self._drop(staged, inbound, FAILED_REASON, f"{code}: {message}")
+        await self._retries.serve(staged, inbound, lambda: self._handle_once(staged, inbound))
 
     async def _handle_once(self, staged: StagedMessage, inbound: InboundMessage) -> None:
         # SM-22 / MQ-5: a message of an older generation is dropped before its turn.
         if staged.generation != self.generation:
-            await self._drop(staged, inbound, "stale_generation")
+            await self._retries.drop(staged, inbound, "stale_generation")
             return
         engine = await self.load(inbound)
         checkpoint = self.checkpointer(inbound.id)
@@ -342,7 +288,7 @@ class TurnRunner:
         if answers is not None and answers.answer is not None:
             # KS-14: this event was answered already (durably looked up) — a redelivery or a replay.
             if await self.replies.answer_was_delivered(answers, inbound):
-                await self._drop(staged, inbound, "duplicate", f"event {ext_id!r} was already answered")
+                await self._retries.drop(staged, inbound, "duplicate", f"event {ext_id!r} was already answered")
                 return
             # Answered before a crash, maybe not delivered: publish what the outbound stream lacks.
             sent: list[asyncio.Future[Any]] = []
@@ -351,11 +297,11 @@ class TurnRunner:
                     ReplyTarget.of(inbound), staged.generation, engine, ext_id, sent, answers
                 )
             except StaleGeneration:  # deleted while this message was being served: SM-22
-                await self._drop(staged, inbound, "stale_generation")
+                await self._retries.drop(staged, inbound, "stale_generation")
                 return
             if not sent and answers.answering_inbound_id not in (None, inbound.id):
                 # A replay while its first message is still finishing: the stream holds the whole answer.
-                await self._drop(staged, inbound, "duplicate", f"event {ext_id!r} was already answered")
+                await self._retries.drop(staged, inbound, "duplicate", f"event {ext_id!r} was already answered")
                 return
             self._spawn_finisher(staged, inbound, engine, sent, [])
             return
@@ -378,10 +324,10 @@ class TurnRunner:
             except (CheckpointFailed, Unavailable):
                 raise  # not the message's fault: retried (handle)
             except TurnstileError as exc:
-                await self._drop(staged, inbound, exc.code, exc.message)
+                await self._retries.drop(staged, inbound, exc.code, exc.message)
                 return
             if not began:
-                await self._drop(staged, inbound, "not_staged", "empty input, a completed session or a duplicate")
+                await self._retries.drop(staged, inbound, "not_staged", "empty input, a completed session or a duplicate")
                 return
         result = await self.run_turn(
             engine, checkpoint, generation=staged.generation, target=ReplyTarget.of(inbound), answers_inbound=True,
@@ -389,7 +335,7 @@ class TurnRunner:
             ended={"inbound_id": inbound.id},
         )
         if result.stale:
-            await self._drop(staged, inbound, "stale_generation")
+            await self._retries.drop(staged, inbound, "stale_generation")
             unsettled, _ = self._publishes.take()
             await self._pub.settle(unsettled)
             return
@@ -529,10 +475,3 @@ class TurnRunner:
         else:
             await engine.interrupt_current_turn(checkpoint=checkpoint)
         return "aborted", None
-
-    async def _drop(self, staged: StagedMessage, inbound: InboundMessage, reason: str, detail: str = "") -> None:
-        data: dict[str, Any] = {"inbound_id": inbound.id, "reason": reason, "generation": staged.generation}
-        if detail:
-            data["detail"] = detail
-        self._publishes.unsettled.append(await self._pub.emit(self.session_id, "message.dropped", data))
-        self._inbox.mark(staged, DROPPED)
