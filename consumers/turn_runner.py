@@ -22,13 +22,13 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
 from consumers.checkpoint_transitions import transition_of
 from consumers.checkpoints import CheckpointChain
+from consumers.inbound_turn import InboundTurn
 from consumers.logs import clear_log_context, log_context
 from consumers.message_finisher import TurnFinisher
 from consumers.message_retries import MAX_ERROR_CHARS, MessageRetries
@@ -38,11 +38,12 @@ from consumers.replies import ItemPublishes, ReplySender, ReplyTarget
 from consumers.retry_policy import TurnRetryPolicy
 from consumers.runner_ports import EngineOpener, SessionRecords
 from consumers.turn_events import TurnEvents
-from consumers.turn_inputs import chat_of, external_id_of, principal_of, work_of
+from consumers.turn_inputs import chat_of, external_id_of, work_of
+from consumers.turn_steps import Checkpointer, TurnPlan, TurnResult, TurnSteps
 from core.engine import FORMAT_VERSION, Session, SessionOptions, TurnExhausted
 from core.engine.policy import MidTurnAction, MidTurnPolicy, decide_mid_turn
 from core.engine.snapshot import EncodedSnapshot
-from core.errors import Cancelled, CheckpointFailed, StaleGeneration, TurnstileError, Unavailable
+from core.errors import Cancelled, CheckpointFailed, StaleGeneration, TurnstileError
 from core.sessions.rules import from_elsewhere
 from core.store.inbox import SqlInbox, StagedMessage
 from schemas.wire import Checkpoint, InboundMessage
@@ -57,18 +58,7 @@ BARRIER_STEPS = frozenset({"model_response", "tool_call"})
 FALLBACK_SEQ = -1  # the seq of the TURNSTILE_PROVIDER_FAILURE_REPLY reply (never a journal seq)
 _UNMETERED = Metrics()  # for runners built without the service's metrics (tests)
 
-Checkpointer = Callable[[EncodedSnapshot], Awaitable[None]]
-
-
-@dataclass(frozen=True)
-class TurnResult:
-    """How a turn ended: ``outcome`` (replied, silent, aborted, error), replies delivered, and
-    ``stale`` when its session was deleted meanwhile (nothing was delivered)."""
-
-    outcome: str
-    error: str | None
-    delivered: int = 0
-    stale: bool = False
+R = TypeVar("R")
 
 
 class TurnRunner:
@@ -147,7 +137,7 @@ class TurnRunner:
 
     async def reject(self, staged: StagedMessage, inbound: InboundMessage) -> None:
         """Drop a message refused by the ``reject`` policy (``message.dropped`` reason ``busy``)."""
-        await self._retries.drop(staged, inbound, BUSY_REASON, "a turn was running and the session's policy is reject")
+        await self.drop(staged, inbound, BUSY_REASON, "a turn was running and the session's policy is reject")
 
     def begin_item(self) -> None:
         """The actor starts a new item: a stop requested while idle does not carry over."""
@@ -274,106 +264,35 @@ class TurnRunner:
     async def handle(self, staged: StagedMessage, inbound: InboundMessage) -> None:
         """Serve one staged message, retried and at last dead-lettered by ``MessageRetries``."""
         log_context(session_id=self.session_id, inbound_id=inbound.id)
-        await self._retries.serve(staged, inbound, lambda: self._handle_once(staged, inbound))
-
-    async def _handle_once(self, staged: StagedMessage, inbound: InboundMessage) -> None:
-        # SM-22 / MQ-5: a message of an older generation is dropped before its turn.
-        if staged.generation != self.generation:
-            await self._retries.drop(staged, inbound, "stale_generation")
-            return
-        engine = await self.load(inbound)
-        checkpoint = self.checkpointer(inbound.id)
-        ext_id = external_id_of(inbound)
-        answers = None if engine.pending_external_event_id == ext_id else await engine.lookup_external_event(ext_id)
-        if answers is not None and answers.answer is not None:
-            # KS-14: this event was answered already (durably looked up) — a redelivery or a replay.
-            if await self.replies.answer_was_delivered(answers, inbound):
-                await self._retries.drop(staged, inbound, "duplicate", f"event {ext_id!r} was already answered")
-                return
-            # Answered before a crash, maybe not delivered: publish what the outbound stream lacks.
-            sent: list[asyncio.Future[Any]] = []
-            try:
-                await self.replies.deliver_previous(
-                    ReplyTarget.of(inbound), staged.generation, engine, ext_id, sent, answers
-                )
-            except StaleGeneration:  # deleted while this message was being served: SM-22
-                await self._retries.drop(staged, inbound, "stale_generation")
-                return
-            if not sent and answers.answering_inbound_id not in (None, inbound.id):
-                # A replay while its first message is still finishing: the stream holds the whole answer.
-                await self._retries.drop(staged, inbound, "duplicate", f"event {ext_id!r} was already answered")
-                return
-            self._spawn_finisher(staged, inbound, engine, sent, [])
-            return
-        if not (engine.pending_turn and engine.pending_external_event_id == ext_id):
-            if engine.pending_turn:
-                # A turn left pending (crash, provider error, round limit) whose message is done: close it.
-                await engine.interrupt_current_turn(checkpoint=self.checkpointer(inbound.id, "interrupted"))
-            metadata = {
-                "external_event_id": ext_id,
-                "inbound_id": inbound.id,
-                "principal": principal_of(inbound),
-                # SM-11: entered through another platform than the room's origin (a relayed message).
-                "from_elsewhere": from_elsewhere(inbound, self._book.get_session),
-                "attachments": [a.model_dump(exclude_none=True) for a in inbound.attachments],
-            }
-            try:
-                began = await engine.begin_user_turn(
-                    inbound.text, metadata, checkpoint=self.checkpointer(inbound.id, "message_staged")
-                )
-            except (CheckpointFailed, Unavailable):
-                raise  # not the message's fault: retried (handle)
-            except TurnstileError as exc:
-                await self._retries.drop(staged, inbound, exc.code, exc.message)
-                return
-            if not began:
-                await self._retries.drop(staged, inbound, "not_staged", "empty input, a completed session or a duplicate")
-                return
-        result = await self.run_turn(
-            engine, checkpoint, generation=staged.generation, target=ReplyTarget.of(inbound), answers_inbound=True,
-            started={"inbound_id": inbound.id, "from_elsewhere": from_elsewhere(inbound, self._book.get_session)},
-            ended={"inbound_id": inbound.id},
-        )
-        if result.stale:
-            await self._retries.drop(staged, inbound, "stale_generation")
-            unsettled, _ = self._publishes.take()
-            await self._pub.settle(unsettled)
-            return
-        await self._checkpoints.settle()
-        # The replies and events were pipelined and the bookkeeping writes run behind: the
-        # message is finished (inbox mark) once all of them landed, while the actor goes on.
-        unsettled, behind = self._publishes.take()
-        self._spawn_finisher(staged, inbound, engine, unsettled, behind)
+        await self._retries.serve(staged, inbound, lambda: self.serve_turn(InboundTurn(staged, inbound, self)))
 
     # -- the turn sequence, shared by inbound messages and control-started turns ---------------
-    async def run_turn(
-        self,
-        engine: Session,
-        checkpoint: Checkpointer,
-        *,
-        generation: int,
-        target: ReplyTarget | None,
-        started: dict[str, Any],
-        ended: dict[str, Any],
-        answers_inbound: bool = False,
-        deadline_s: float | None = None,
-        on_started: Callable[[dict[str, Any]], None] | None = None,
-    ) -> TurnResult:
-        """turn.started → run → generation check → deliver to ``target`` → turn.ended.
+    async def serve_turn(self, steps: TurnSteps[R]) -> R | None:
+        """generation check → load → stage → turn.started → run → generation check → deliver →
+        turn.ended → settle → finish, with what differs passed in ``steps`` (``turn_steps.py``).
+        None when the item ended before its turn (dropped, or answered before)."""
+        if not await steps.current():
+            return None
+        engine = await steps.load()
+        plan = await steps.stage(engine)
+        if plan is None:
+            return None
+        result = await self._run_turn(engine, plan)
+        return await steps.finish(engine, result)
 
-        ``answers_inbound``: the turn answers an inbound message (its reply latency is metered,
-        a provider failure gets ``TURNSTILE_PROVIDER_FAILURE_REPLY``, its text is streamed).
-        ``deadline_s`` stops the run (``deadline``) after that long. ``on_started`` is told the
-        turn began (a control caller that does not wait is answered then). A turn whose session
-        was deleted meanwhile ends ``aborted`` without delivery (``stale``; SM-21/SM-22/MQ-5).
-        """
-        stream_to = target.platform if answers_inbound and target is not None else None
-        await self._events.started(engine, self._generation, platform=stream_to, **started)
-        if on_started is not None:
-            on_started({"turn_id": engine.turn_id, "status": engine.status})
+    async def _run_turn(self, engine: Session, plan: TurnPlan) -> TurnResult:
+        """turn.started → run → generation check → deliver to ``plan.target`` → turn.ended. A turn
+        whose session was deleted meanwhile ends ``aborted`` without delivery (``stale``;
+        SM-21/SM-22/MQ-5)."""
+        checkpoint = self.checkpointer(plan.inbound_id)
+        generation, target = plan.generation, plan.target
+        stream_to = target.platform if plan.answers_inbound and target is not None else None
+        await self._events.started(engine, self._generation, platform=stream_to, **plan.started)
+        if plan.on_started is not None:
+            plan.on_started({"turn_id": engine.turn_id, "status": engine.status})
         deadline = None
-        if deadline_s is not None:
-            deadline = asyncio.get_running_loop().call_later(deadline_s, self.request_stop, "deadline")
+        if plan.deadline_s is not None:
+            deadline = asyncio.get_running_loop().call_later(plan.deadline_s, self.request_stop, "deadline")
         try:
             outcome, error = await self.run(engine, checkpoint)
         except CheckpointFailed:
@@ -394,19 +313,45 @@ class TurnRunner:
             except StaleGeneration:
                 stale = True
         if stale:
-            await self._events.ended(engine, self._generation, "aborted", None, **ended)
+            await self._events.ended(engine, self._generation, "aborted", None, **plan.ended)
             return TurnResult("aborted", None, delivered, stale=True)
-        if answers_inbound and outcome == "replied" and self.received_at is not None:
+        if plan.answers_inbound and outcome == "replied" and self.received_at is not None:
             self._metrics.reply_latency.observe(time.monotonic() - self.received_at)
         elif (
-            answers_inbound and target is not None and outcome == "error" and self._failure_reply
+            plan.answers_inbound and target is not None and outcome == "error" and self._failure_reply
             and (error or "").startswith("provider_error")
         ):
             # TURNSTILE_PROVIDER_FAILURE_REPLY: the user hears something; seq -1 is never a journal seq.
             await self.replies.publish_reply(target, generation, str(engine.turn_id), FALLBACK_SEQ,
                                              self._failure_reply, [])
-        await self._events.ended(engine, self._generation, outcome, error, **ended)
+        await self._events.ended(engine, self._generation, outcome, error, **plan.ended)
         return TurnResult(outcome, error, delivered)
+
+    # -- what an inbound turn's steps use (InboundHost) ------------------------------------------
+    def from_elsewhere(self, inbound: InboundMessage) -> bool:
+        """SM-11: ``inbound`` entered through another platform than its room's origin."""
+        return from_elsewhere(inbound, self._book.get_session)
+
+    async def drop(self, staged: StagedMessage, inbound: InboundMessage, reason: str, detail: str = "") -> None:
+        """Drop ``staged`` without a turn (``message.dropped`` and the inbox mark)."""
+        await self._retries.drop(staged, inbound, reason, detail)
+
+    async def settle_dropped(self) -> None:
+        """Wait until the item's pipelined publishes (its ``message.dropped``) are stored."""
+        unsettled, _ = self._publishes.take()
+        await self._pub.settle(unsettled)
+
+    async def finish_turn(self, staged: StagedMessage, inbound: InboundMessage, engine: Session) -> None:
+        """Settle the checkpoints; the finisher marks the message once its publishes and writes landed."""
+        await self._checkpoints.settle()
+        unsettled, behind = self._publishes.take()
+        self._spawn_finisher(staged, inbound, engine, unsettled, behind)
+
+    def finish_answered(
+        self, staged: StagedMessage, inbound: InboundMessage, engine: Session, sent: list[asyncio.Future[Any]]
+    ) -> None:
+        """Finish a message answered before (its missing replies were published again: ``sent``)."""
+        self._spawn_finisher(staged, inbound, engine, sent, [])
 
     def _spawn_finisher(
         self,
