@@ -1,9 +1,12 @@
 """TurnRunner: what a session actor does with one staged inbound message or control command.
 
-Order of a turn (DESIGN "Flow"): generation check → restore the engine session
-from the last checkpoint if not loaded → stage the user message (checkpoint)
-→ ``run_pending_turn`` (a checkpoint after every durable step) → generation
-check → outbound replies → turn bookkeeping → inbox mark. A message answered
+Order of a turn (DESIGN "Flow"), written once in ``serve_turn``: generation check →
+restore the engine session from the last checkpoint if not loaded → stage (the user
+message, or a control turn's opening; a checkpoint) → ``run_pending_turn`` (a
+checkpoint after every durable step) → generation check → outbound replies → turn
+bookkeeping → settle → finish (inbox mark, or the control reply); what differs between
+an inbound message (``inbound_turn.py``) and a control turn is passed in as ``TurnSteps``
+(``turn_steps.py``). Retries and dead letters: ``message_retries.py``. A message answered
 before a crash is delivered again from the engine's state under the same
 ``Nats-Msg-Id`` (``<sid>:<turn_id>:<seq>``), which JetStream deduplicates; a
 replay of an event whose first message was delivered is dropped (KS-14).
