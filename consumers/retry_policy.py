@@ -2,7 +2,7 @@
 
 One policy object per process (``TURNSTILE_TURN_RETRY_ATTEMPTS``,
 ``TURNSTILE_TURN_RETRY_MAX_BACKOFF_S``). What happens after the last attempt is the
-caller's decision (``TurnRunner.handle`` dead-letters the message, see docs/protocol.md
+caller's decision (``MessageRetries.serve`` dead-letters the message, see docs/protocol.md
 "Poison messages").
 """
 
