@@ -62,10 +62,11 @@ class ReplyOrder:
         return not self._unconfirmed
 
     def sent(self, platform: str, reply: OutboundReply, acked: asyncio.Future[Any]) -> None:
-        """Remember a reply just handed to the broker (it replaces an earlier send of the same id)."""
+        """Remember a reply just handed to the broker (a send again of the same id keeps its place)."""
         key = reply_msg_id(reply.session_id, reply.turn_id, reply.seq)
-        entry = SentReply(platform, reply, acked, self._clock())
-        self._unconfirmed.pop(key, None)
+        previous = self._unconfirmed.get(key)
+        # The read-back starts from the first send: the stream may hold that one.
+        entry = SentReply(platform, reply, acked, previous.sent_at if previous is not None else self._clock())
         self._unconfirmed[key] = entry
         acked.add_done_callback(functools.partial(self._on_ack, key, entry))
 
@@ -77,7 +78,11 @@ class ReplyOrder:
         """Return once every reply sent before (other than ``msg_id`` itself) is stored: wait for
         their acks, send again what failed. Unavailable if the stream cannot confirm them now (the
         caller's message is retried; nothing later of the session is sent meanwhile)."""
-        earlier = [entry for key, entry in self._unconfirmed.items() if key != msg_id]
+        earlier: list[SentReply] = []
+        for key, entry in self._unconfirmed.items():
+            if key == msg_id:
+                break  # sending one again: only what was produced before it goes first
+            earlier.append(entry)
         if not earlier:
             return
         if await self._pub.settle([entry.acked for entry in earlier]):
@@ -95,7 +100,7 @@ class ReplyOrder:
             stored = await stored_reply_seqs(
                 self._pub.js, self._pub.subjects.outbound_stream, subject, self.session_id, turn_id, since
             )
-            for entry in entries:
+            for entry in sorted(entries, key=lambda e: e.reply.seq):
                 key = reply_msg_id(self.session_id, turn_id, entry.reply.seq)
                 if entry.reply.seq in stored:
                     self._forget(key, entry)  # stored; only its ack was lost
