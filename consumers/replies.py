@@ -6,6 +6,7 @@ it first. An event answered before a crash is delivered again from the engine's 
 (``Session.lookup_external_event``, durable), but only the replies the outbound stream
 does not hold already (read back before any republish, so the duplicate window does not
 matter); one whose first message the inbox already finished is recognised as delivered (KS-14).
+Every reply is sent only once the session's earlier replies are stored (``ReplyOrder``).
 """
 
 from __future__ import annotations
