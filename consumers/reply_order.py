@@ -13,7 +13,6 @@ trip per reply after the first (docs/protocol.md#reply-order).
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
 from collections.abc import Callable
@@ -29,7 +28,7 @@ from schemas.wire import OutboundReply
 log = logging.getLogger(__name__)
 
 
-@dataclass
+@dataclass(slots=True)
 class SentReply:
     """A reply handed to the broker whose ack has not confirmed it stored."""
 
@@ -37,6 +36,10 @@ class SentReply:
     reply: OutboundReply
     acked: asyncio.Future[Any]
     sent_at: float  # wall time, where the read-back starts (minus the ledger's clock margin)
+
+    @property
+    def stored(self) -> bool:
+        return self.acked.done() and not self.acked.cancelled() and self.acked.exception() is None
 
     @property
     def failed(self) -> bool:
@@ -59,7 +62,7 @@ class ReplyOrder:
     @property
     def all_stored(self) -> bool:
         """True when every reply sent was confirmed stored (nothing to send again before the next)."""
-        return not self._unconfirmed
+        return all(entry.stored for entry in self._unconfirmed.values())
 
     def sent(self, platform: str, reply: OutboundReply, acked: asyncio.Future[Any]) -> None:
         """Remember a reply just handed to the broker (a send again of the same id keeps its place)."""
@@ -67,27 +70,29 @@ class ReplyOrder:
         previous = self._unconfirmed.get(key)
         # The read-back starts from the first send: the stream may hold that one.
         entry = SentReply(platform, reply, acked, previous.sent_at if previous is not None else self._clock())
-        self._unconfirmed[key] = entry
-        acked.add_done_callback(functools.partial(self._on_ack, key, entry))
-
-    def _on_ack(self, key: str, entry: SentReply, acked: asyncio.Future[Any]) -> None:
-        if not entry.failed and self._unconfirmed.get(key) is entry:
-            del self._unconfirmed[key]
+        self._unconfirmed[key] = entry  # confirmed ones are dropped by the next look (no callback per reply)
 
     async def earlier_stored(self, msg_id: str) -> None:
         """Return once every reply sent before (other than ``msg_id`` itself) is stored: wait for
         their acks, send again what failed. Unavailable if the stream cannot confirm them now (the
         caller's message is retried; nothing later of the session is sent meanwhile)."""
-        earlier: list[SentReply] = []
-        for key, entry in self._unconfirmed.items():
+        if not self._unconfirmed:
+            return
+        earlier: list[tuple[str, SentReply]] = []
+        for key, entry in list(self._unconfirmed.items()):
             if key == msg_id:
                 break  # sending one again: only what was produced before it goes first
-            earlier.append(entry)
+            if entry.stored:
+                del self._unconfirmed[key]
+            else:
+                earlier.append((key, entry))
         if not earlier:
             return
-        if await self._pub.settle([entry.acked for entry in earlier]):
+        if await self._pub.settle([entry.acked for _, entry in earlier]):
+            for key, entry in earlier:
+                self._forget(key, entry)
             return
-        await self._send_again([entry for entry in earlier if entry.failed])
+        await self._send_again([entry for _, entry in earlier if entry.failed])
 
     async def _send_again(self, failed: list[SentReply]) -> None:
         by_turn: dict[tuple[str, str], list[SentReply]] = {}
