@@ -377,7 +377,10 @@ class TurnRunner:
 
     def can_unload(self) -> bool:
         """True when nothing of a finished item is still landing and no turn is pending (may be evicted)."""
-        return not self._finisher.busy and (self._engine is None or not self._engine.pending_turn)
+        # A reply not confirmed stored is sent again before the session's next one (reply order): keep it.
+        return not self._finisher.busy and self.replies.all_stored and (
+            self._engine is None or not self._engine.pending_turn
+        )
 
     async def wait_finished(self) -> None:
         """Wait until every finished turn's publishes and writes have landed (tests, shutdown)."""
