@@ -61,7 +61,8 @@ class StreamAcks:
         learn that one of a batch failed). SubjectTooLong (nothing sent) when the subject
         would not fit the server's control line.
         """
-        await self._ensure_inbox()
+        if not self._prefix:
+            await self._ensure_inbox()
         self._next += 1
         token = str(self._next)
         line = len(subject.encode()) + len(self._prefix) + len(token) + CONTROL_LINE_RESERVE_BYTES

@@ -128,14 +128,12 @@ def encode_snapshot(state: SessionState, system_prompt: str, since_version: int 
     rest = state.model_dump_json(exclude=NOT_IN_REST).encode()
     raw = b"".join((
         rest[:-1],
-        *(part for name in ORJSON_TAIL_FIELDS for part in (
-            b',"', name.encode(), b'":', orjson.dumps(getattr(state, name), default=to_jsonable_python),
-        )),
+        b",", orjson.dumps({name: getattr(state, name) for name in ORJSON_TAIL_FIELDS}, default=to_jsonable_python)[1:-1],
         b',"transcript":[', b",".join(memo.item_json),
         b'],"format_version":', str(FORMAT_VERSION).encode(),
         b',"state_version":', str(state.next_seq).encode(),
         b',"status":"', status_of(state).encode(),
-        b'","projection":[', b",".join(j for j in memo.messages_json if j),
+        b'","projection":[', b",".join(filter(None, memo.messages_json)),
         b'],"chatend_text":', orjson.dumps(memo_chatend_text(system_prompt, memo)),
         b"}",
     ))
