@@ -9,6 +9,7 @@ named ``turnstile``.
 
 from __future__ import annotations
 
+import operator
 from collections import OrderedDict
 from typing import Any
 
@@ -51,9 +52,12 @@ class TranscriptMemo:
         # Transcript items are never edited in place, so item identity marks the reusable prefix.
         items = self.items
         limit = min(len(items), len(transcript))
-        same = 0
-        while same < limit and items[same] is transcript[same]:
-            same += 1
+        if all(map(operator.is_, items, transcript)):  # the usual case (only appended), checked at C speed
+            same = limit
+        else:
+            same = 0
+            while same < limit and items[same] is transcript[same]:
+                same += 1
         if same < len(self.block_starts):
             del self.blocks[self.block_starts[same]:]
         del items[same:], self.messages[same:], self.block_starts[same:], self.item_json[same:], self.messages_json[same:]
