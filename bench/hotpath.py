@@ -71,6 +71,18 @@ AREAS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
+# asyncio objects made per message, counted from the profile's call counts (plain functions
+# of the event loop, so cProfile counts each call once): every task goes through
+# ``loop.create_task``, every loop callback (call_soon, call_later, call_at: a done-callback,
+# a task step, a timer) is a ``Handle``.
+ASYNCIO_COUNTS: dict[str, tuple[str, str]] = {
+    "tasks created": ("asyncio/base_events.py", "create_task"),
+    "futures created (loop.create_future)": ("asyncio/base_events.py", "create_future"),
+    "loop callbacks (Handle objects)": ("asyncio/events.py", "__init__"),
+    "timers (call_at)": ("asyncio/base_events.py", "call_at"),
+}
+
+
 def _area(filename: str, funcname: str) -> str:
     where = f"{filename} {funcname}"
     for name, needles in AREAS:
@@ -85,8 +97,12 @@ def profile_breakdown(path: Path, messages: int) -> dict[str, Any]:
     by_area: Counter[str] = Counter()
     top: list[tuple[float, str]] = []
     raw: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
-    for (filename, line, func), (_cc, _nc, tt, ct, _callers) in raw.items():
+    machinery: Counter[str] = Counter()
+    for (filename, line, func), (_cc, nc, tt, ct, _callers) in raw.items():
         by_area[_area(filename, func)] += tt
+        for name, (where, what) in ASYNCIO_COUNTS.items():
+            if filename.endswith(where) and func == what:
+                machinery[name] = max(machinery[name], nc)  # Handle.__init__, not TimerHandle's (also there)
         if "/consumers/" in filename or "/core/" in filename:
             short = filename.split("/turnstile/")[-1].split(str(ROOT) + "/")[-1]
             top.append((ct, f"{short}:{line} {func}"))
@@ -96,6 +112,7 @@ def profile_breakdown(path: Path, messages: int) -> dict[str, Any]:
         "self_us_per_msg": {k: v / messages * 1e6 for k, v in by_area.most_common()},
         "busy_us_per_msg": busy / messages * 1e6,
         "top_cumulative_us_per_msg": [(name, ct / messages * 1e6) for ct, name in top[:25]],
+        "asyncio_per_msg": {name: machinery[name] / messages for name in ASYNCIO_COUNTS},
     }
 
 
@@ -242,6 +259,7 @@ def table(r: dict[str, Any]) -> str:
     prof = r["profile"]
     lines.append(f"  event-loop thread wall time by area (µs/msg, cProfile self time; a blocking call counts whole; busy {prof['busy_us_per_msg']:,.0f}):")
     lines += [f"    {v:8,.0f}  {k}" for k, v in prof["self_us_per_msg"].items()]
+    lines.append("  asyncio per message: " + ", ".join(f"{k} {v:.2f}" for k, v in prof["asyncio_per_msg"].items()))
     lines.append("  project functions by cumulative time (µs/msg; coroutines: time per resumption, summed):")
     lines += [f"    {v:8,.0f}  {k}" for k, v in prof["top_cumulative_us_per_msg"][:15]]
     return "\n".join(lines)
