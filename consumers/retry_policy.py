@@ -11,10 +11,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-
 from types import TracebackType
 
-from tenacity import RetryCallState
+from tenacity import AsyncRetrying, RetryCallState
 
 from consumers.backoff import compute_backoff_s
 
@@ -29,6 +28,11 @@ class OwnershipLost(Exception):
 
 def _retryable(exc: BaseException) -> bool:
     return isinstance(exc, Exception) and not isinstance(exc, (OwnershipLost, asyncio.CancelledError))
+
+
+# What a ``RetryCallState`` names as its loop (tenacity requires one; ``before_retry`` reads only
+# the attempt number and the outcome).
+_STATE_OWNER = AsyncRetrying()
 
 
 class Attempt:
@@ -77,7 +81,7 @@ class Attempts:
                 raise StopAsyncIteration
             if self._number >= self._policy.attempts:
                 raise error
-            state = RetryCallState(None, None, (), {})
+            state = RetryCallState(_STATE_OWNER, None, (), {})
             state.attempt_number = self._number
             state.set_exception((type(error), error, error.__traceback__))
             await self._before_retry(state)

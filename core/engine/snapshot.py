@@ -111,7 +111,7 @@ def _tail_since(entries: list[SeqT], since_version: int) -> list[SeqT]:
 # schemas, and they are most of the state outside the transcript. A model among them goes
 # through ``to_jsonable_python`` (what ``model_dump(mode="json")`` gives).
 ORJSON_TAIL_FIELDS: Final = ("boxes", "events", "objects", "external_responses", "recent_inbound_ids", "usage_total")
-NOT_IN_REST: Final = frozenset({"transcript", *ORJSON_TAIL_FIELDS})
+NOT_IN_REST: Final[set[str]] = {"transcript", *ORJSON_TAIL_FIELDS}
 
 
 def encode_snapshot(state: SessionState, system_prompt: str, since_version: int = 0) -> EncodedSnapshot:
