@@ -49,8 +49,8 @@ class TurnStream:
         await self._send("text", round_no, delta, reset=reset)
 
     async def _send(self, kind: str, round_no: int, delta: str, *, reset: bool) -> None:
-        # Every field is ours and typed: no validation on the hot path (one chunk per turn at least).
-        chunk = StreamChunk.model_construct(
+        # Encoded by the model's own serializer in one step (about half of a dict dump + orjson).
+        chunk = StreamChunk(
             type="typing" if kind == "typing" else "text", session_id=self._session_id,
             generation=self._generation, turn_id=self._turn_id, seq=self._seq, round=round_no,
             delta=delta, reset=reset, text_chars=len(self._text),

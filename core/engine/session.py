@@ -169,10 +169,8 @@ class Session(SessionView):
                 "write_session_id": self._state.knowledge_plan.write_session_id,
             }
             drafts = [Draft(EntryKind.EVENT, created), *drafts]
-        # Built from drafts the engine made itself (typed EntryKind, a seq from the fold): no
-        # validation to spend on the hot path; entries read back from a store are validated there.
         entries = [
-            JournalEntry.model_construct(
+            JournalEntry(
                 seq=self._state.next_seq + i,
                 kind=d.kind,
                 turn_id=d.turn_id,
