@@ -74,7 +74,11 @@ class StreamAcks:
         # No done-callbacks on the hot path (each costs a loop callback when the ack lands): the
         # reply handler forgets the token; a future given up on (cancelled) is swept later.
         self._waiting[token] = (future, log_failure)
-        await self._nc.publish(subject, payload, reply=self._prefix + token, headers=headers)
+        try:
+            await self._nc.publish(subject, payload, reply=self._prefix + token, headers=headers)
+        except BaseException:
+            self._waiting.pop(token, None)  # not sent (or not known to be): no ack will name it
+            raise
         return future
 
     def _sweep(self) -> None:
