@@ -16,14 +16,14 @@ from types import TracebackType
 from tenacity import AsyncRetrying, RetryCallState
 
 from consumers.backoff import compute_backoff_s
+from core.errors import OwnershipLost  # raised here and by the SQL write fence (core/store/partition_epochs.py)
 
 BASE_BACKOFF_S = 0.5
 
 BeforeRetry = Callable[[RetryCallState], Awaitable[None]]
 
 
-class OwnershipLost(Exception):
-    """Raised when a failed message turns out to belong to another process now: stop, do not dead-letter."""
+__all__ = ["Attempt", "Attempts", "OwnershipLost", "TurnRetryPolicy"]
 
 
 def _retryable(exc: BaseException) -> bool:
