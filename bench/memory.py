@@ -52,6 +52,10 @@ def _smaps(pid: int) -> dict[str, int]:
     return out
 
 
+def _read_json(path: Path) -> Any:
+    return orjson.loads(path.read_bytes())
+
+
 async def measure(sessions: int, work: Path, store: str, trace_frames: int, env: dict[str, str]) -> dict[str, Any]:
     if store == "postgres":
         async with fresh_database("mem") as name:
@@ -96,7 +100,7 @@ async def _measure(sessions: int, work: Path, env: dict[str, str], trace_frames:
         if not await wait_until(lambda: Path(str(dump) + ".done").exists(), 300, 0.1):
             raise RuntimeError("the service wrote no memory dump")
         out["after_gc"] = {"rss_bytes": child.meter.rss_bytes(), **_smaps(child.pid)}
-        out["dump"] = orjson.loads(Path(str(dump) + ".json").read_bytes())
+        out["dump"] = _read_json(Path(str(dump) + ".json"))
     finally:
         await child.stop()
         await driver.detach()
