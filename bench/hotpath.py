@@ -71,6 +71,18 @@ AREAS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
+# asyncio objects made per message, counted from the profile's call counts (plain functions
+# of the event loop, so cProfile counts each call once): every task goes through
+# ``loop.create_task``, every loop callback (call_soon, call_later, call_at: a done-callback,
+# a task step, a timer) is a ``Handle``.
+ASYNCIO_COUNTS: dict[str, tuple[str, str]] = {
+    "tasks created": ("asyncio/base_events.py", "create_task"),
+    "futures created (loop.create_future)": ("asyncio/base_events.py", "create_future"),
+    "loop callbacks (Handle objects)": ("asyncio/events.py", "__init__"),
+    "timers (call_at)": ("asyncio/base_events.py", "call_at"),
+}
+
+
 def _area(filename: str, funcname: str) -> str:
     where = f"{filename} {funcname}"
     for name, needles in AREAS:
@@ -85,8 +97,12 @@ def profile_breakdown(path: Path, messages: int) -> dict[str, Any]:
     by_area: Counter[str] = Counter()
     top: list[tuple[float, str]] = []
     raw: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
-    for (filename, line, func), (_cc, _nc, tt, ct, _callers) in raw.items():
+    machinery: Counter[str] = Counter()
+    for (filename, line, func), (_cc, nc, tt, ct, _callers) in raw.items():
         by_area[_area(filename, func)] += tt
+        for name, (where, what) in ASYNCIO_COUNTS.items():
+            if filename.endswith(where) and func == what:
+                machinery[name] = max(machinery[name], nc)  # Handle.__init__, not TimerHandle's (also there)
         if "/consumers/" in filename or "/core/" in filename:
             short = filename.split("/turnstile/")[-1].split(str(ROOT) + "/")[-1]
             top.append((ct, f"{short}:{line} {func}"))
@@ -96,6 +112,7 @@ def profile_breakdown(path: Path, messages: int) -> dict[str, Any]:
         "self_us_per_msg": {k: v / messages * 1e6 for k, v in by_area.most_common()},
         "busy_us_per_msg": busy / messages * 1e6,
         "top_cumulative_us_per_msg": [(name, ct / messages * 1e6) for ct, name in top[:25]],
+        "asyncio_per_msg": {name: machinery[name] / messages for name in ASYNCIO_COUNTS},
     }
 
 
@@ -143,15 +160,18 @@ def _thread_cpu(pid: int) -> tuple[float, float]:
     return main, other
 
 
-async def measure(sessions: int, messages: int, work: Path, store: str) -> dict[str, Any]:
-    """One profiled window on SQLite (a temp file) or PostgreSQL (a fresh database)."""
+async def measure(sessions: int, messages: int, work: Path, store: str, profiled: bool = True) -> dict[str, Any]:
+    """One (profiled) window on SQLite (a temp file) or PostgreSQL (a fresh database)."""
     if store == "postgres":
         async with fresh_database("hp") as name:
-            return await _measure(sessions, messages, work, {"TURNSTILE_DATABASE_URL": pg_url(name, "postgresql+asyncpg")})
-    return await _measure(sessions, messages, work, None)
+            db_env = {"TURNSTILE_DATABASE_URL": pg_url(name, "postgresql+asyncpg")}
+            return await _measure(sessions, messages, work, db_env, profiled)
+    return await _measure(sessions, messages, work, None, profiled)
 
 
-async def _measure(sessions: int, messages: int, work: Path, db_env: dict[str, str] | None) -> dict[str, Any]:
+async def _measure(
+    sessions: int, messages: int, work: Path, db_env: dict[str, str] | None, profiled: bool
+) -> dict[str, Any]:
     conf = work / "nats-open.conf"
     conf.write_text(without_roles((ROOT / "nats.conf").read_text()))
     server = NatsServer(store_dir=work / "nats", config=conf)
@@ -171,6 +191,8 @@ async def _measure(sessions: int, messages: int, work: Path, db_env: dict[str, s
     pstats_path = work / "service.pstats"
     config = ServiceConfig(server.url, prefix, work / f"{prefix}.db", db_env)
     env = {**config.env(), "BENCH_PROFILE_OUT": str(pstats_path)}
+    if not profiled:
+        env["BENCH_PROFILE_OFF"] = "1"
     child = Child(["-m", "bench.profiled_service"], env, work / "service.log")
     driver = Driver(nc, subjects, Meters(server_meter, server_meter))
     out: dict[str, Any] = {"sessions": sessions, "messages": messages, "store": "postgres" if db_env else "sqlite"}
@@ -212,7 +234,7 @@ async def _measure(sessions: int, messages: int, work: Path, db_env: dict[str, s
                 "sql_statements_per_msg": {k: v / n for k, v in sorted(counters["sql_statements"].items())},
                 "sql_statements_total_per_msg": sum(counters["sql_statements"].values()) / n,
                 "sql_commits_per_msg": counters["sql_commits"] / n,
-                "profile": profile_breakdown(pstats_path, n),
+                "profile": profile_breakdown(pstats_path, n) if profiled else None,
             }
         )
     finally:
@@ -228,7 +250,8 @@ async def _measure(sessions: int, messages: int, work: Path, db_env: dict[str, s
 def table(r: dict[str, Any]) -> str:
     lines = [
         f"hot path of a plain message on {r['store']}: {r['messages']} messages over {r['sessions']} sessions (each had a turn),"
-        f" under cProfile ({r['msgs_per_s_profiled']:.0f} msg/s profiled; slower than unprofiled)",
+        + (f" under cProfile ({r['msgs_per_s_profiled']:.0f} msg/s profiled; slower than unprofiled)" if r["profile"]
+           else f" without the profiler ({r['msgs_per_s_profiled']:.0f} msg/s)"),
         f"  worker CPU {r['worker_cpu_us_per_msg']:,.0f} µs/msg = event loop {r['event_loop_thread_cpu_us_per_msg']:,.0f}"
         f" + other threads {r['other_threads_cpu_us_per_msg']:,.0f}; nats-server {r['nats_server_cpu_us_per_msg']:,.0f} µs/msg",
         "  JetStream publishes per message (stream sequences): "
@@ -240,8 +263,11 @@ def table(r: dict[str, Any]) -> str:
     lines.append(f"  SQL per message: {r['sql_statements_total_per_msg']:.2f} statements, {r['sql_commits_per_msg']:.2f} commits")
     lines += [f"    {v:6.2f}  {k}" for k, v in r["sql_statements_per_msg"].items()]
     prof = r["profile"]
+    if prof is None:
+        return "\n".join(lines)
     lines.append(f"  event-loop thread wall time by area (µs/msg, cProfile self time; a blocking call counts whole; busy {prof['busy_us_per_msg']:,.0f}):")
     lines += [f"    {v:8,.0f}  {k}" for k, v in prof["self_us_per_msg"].items()]
+    lines.append("  asyncio per message: " + ", ".join(f"{k} {v:.2f}" for k, v in prof["asyncio_per_msg"].items()))
     lines.append("  project functions by cumulative time (µs/msg; coroutines: time per resumption, summed):")
     lines += [f"    {v:8,.0f}  {k}" for k, v in prof["top_cumulative_us_per_msg"][:15]]
     return "\n".join(lines)
@@ -254,14 +280,16 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=None)
     parser.add_argument("--store", choices=["sqlite", "postgres"], default="sqlite")
     parser.add_argument("--out", type=Path, default=ROOT / "var" / "bench")
+    parser.add_argument("--no-profile", action="store_true",
+                        help="counters and CPU of the unprofiled service (no cProfile, no split by area)")
     args = parser.parse_args()
     sessions, messages = SIZES[args.profile]
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     work = args.out / f"work-hotpath-{stamp}"
     work.mkdir(parents=True, exist_ok=True)
-    result = asyncio.run(asyncio.wait_for(measure(args.sessions or sessions, args.messages or messages, work, args.store), 900))
+    result = asyncio.run(asyncio.wait_for(measure(args.sessions or sessions, args.messages or messages, work, args.store, not args.no_profile), 900))
     result["started_at"] = stamp
-    name = f"hotpath-{args.store}-latest"
+    name = f"hotpath-{args.store}{'-unprofiled' if args.no_profile else ''}-latest"
     (args.out / f"{name}.json").write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
     pst = work / "service.pstats"
     if pst.exists():

@@ -10,7 +10,8 @@ The service is the unmodified ``consumers.cli run``; this wrapper only adds, in-
 
 SIGUSR1 resets the counters and starts the profiler (the measured window opens);
 SIGUSR2 stops it and writes ``$BENCH_PROFILE_OUT`` (pstats) and ``$BENCH_PROFILE_OUT.json``
-(counters), so start-up and shutdown are not in the figures.
+(counters), so start-up and shutdown are not in the figures. With ``BENCH_PROFILE_OFF`` set the
+profiler stays off (the CPU figures are then those of the unprofiled service).
 """
 
 from __future__ import annotations
@@ -63,7 +64,8 @@ def main() -> None:
         sql.statements.clear()
         sql.commits = 0
         sql.active = True
-        profiler.enable()
+        if not os.environ.get("BENCH_PROFILE_OFF"):  # hotpath --no-profile: counters and CPU only
+            profiler.enable()
 
     def stop(_sig: int, _frame: FrameType | None) -> None:
         profiler.disable()

@@ -33,6 +33,7 @@ class ServiceConfig:
             "TURNSTILE_PREFIX": self.prefix,
             "TURNSTILE_PROVIDER": "scripted",
             "TURNSTILE_SCRIPTED_DIRECTIVES": "true",
+            "TURNSTILE_HTTP_PORT": "0",  # an ephemeral operator port: readiness is the log line, not HTTP
         }
         env.update(self.extra_env or {})
         return env

@@ -142,7 +142,12 @@ class SessionActor:
             while True:
                 self.waiting = True
                 try:
-                    priority, order, item = await asyncio.wait_for(self.mailbox.get(), self.idle_s)
+                    if self.mailbox.empty():
+                        # ``asyncio.timeout`` rather than ``wait_for``: no task, future and timer per item.
+                        async with asyncio.timeout(self.idle_s):
+                            priority, order, item = await self.mailbox.get()
+                    else:
+                        priority, order, item = self.mailbox.get_nowait()
                 except TimeoutError:
                     if self.mailbox.empty():
                         return

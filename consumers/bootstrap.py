@@ -196,7 +196,7 @@ def bootstrap(
     repository: SessionRepository = NotifyingSessionRepository(db, committer, origin=origin)
     if replace.repository is not None:
         repository = replace.repository(NotifyingSessionRepository(db, committer, origin=origin))
-    journal = SqlHistoryJournal(db, committer=committer)
+    sql_journal = journal = SqlHistoryJournal(db, committer=committer)
     if replace.journal is not None:
         journal = replace.journal(journal)
 
@@ -256,8 +256,9 @@ def bootstrap(
     if s.partitions > 1:
         partitioned = PartitionedInbound(
             s, subjects, connection=broker.connection, js=js, inbox=inbox, actors=actors, manager=manager,
-            metrics=metrics, make_loop=partition_loop, forget_created=opener.forget_created,
+            metrics=metrics, make_loop=partition_loop, db=db, forget_created=opener.forget_created,
         )
+        inbox.fence = sql_journal.fence = partitioned  # SQL writes carry the partition epoch held
         actors.fence = partitioned  # a session in doubt serves nothing until its staged messages replay in order
         router = ControlRouter(
             partitioned, subjects=subjects, connection=broker.connection, manager=manager, actors=actors,

@@ -69,8 +69,10 @@ class CheckpointChain:
             return
         acked, fence = self._inflight
         try:
-            # Shielded: a cancelled waiter (shutdown) leaves the ack to the next ``settle``.
-            self.seq = await self._pub.checkpoint_acked(self._session_id, asyncio.shield(acked), fence)
+            # Shielded: a cancelled waiter (shutdown) leaves the ack to the next ``settle``. An ack
+            # already in (the usual case) needs no shield: nothing is awaited.
+            waited = acked if acked.done() else asyncio.shield(acked)
+            self.seq = await self._pub.checkpoint_acked(self._session_id, waited, fence)
         except asyncio.CancelledError:
             raise
         except BaseException:

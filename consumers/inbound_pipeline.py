@@ -27,10 +27,11 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from nats.aio.msg import Msg
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception
 
 from consumers.backoff import tenacity_wait
 from consumers.health import ServiceHealth
+from core.errors import OwnershipLost
 from core.store.inbox import SqlInbox, StagedMessage
 from schemas.wire import InboundMessage
 
@@ -194,6 +195,10 @@ class InboundPipeline:
                 continue
             try:
                 await self._stage(batch)
+            except OwnershipLost as exc:  # the SQL fence refused: nothing staged, the new owner gets them
+                log.warning("%d inbound messages not staged (%s); JetStream redelivers them", len(batch), exc)
+                await asyncio.gather(*(_quietly(e.msg.nak()) for e in batch))
+                self._settled(batch)
             except Exception:
                 if self._closing:
                     return
@@ -225,13 +230,15 @@ class InboundPipeline:
         fresh: list[bool] = []
         async for attempt in AsyncRetrying(
             wait=tenacity_wait(base_s=STAGE_RETRY_FIRST_S, max_s=STAGE_RETRY_MAX_S),
-            retry=retry_if_exception_type(Exception),
+            retry=retry_if_exception(_store_refused),
             stop=self._stop_retrying,
             reraise=True,
         ):
             with attempt:
                 try:
                     fresh = await self._inbox.stage(staged)
+                except OwnershipLost:
+                    raise
                 except Exception as exc:
                     if attempt.retry_state.attempt_number >= DEGRADED_AFTER_FAILURES:
                         await self.health.failing(exc, waiting=len(self._unacked))
@@ -263,6 +270,11 @@ class InboundPipeline:
             for entry in due:
                 entry.touched_at = now
             await asyncio.gather(*(_quietly(e.msg.in_progress()) for e in due))
+
+
+def _store_refused(exc: BaseException) -> bool:
+    """Retried in place: a failing store. A fence refusal (``OwnershipLost``) is an answer, not an outage."""
+    return isinstance(exc, Exception) and not isinstance(exc, OwnershipLost)
 
 
 async def _quietly(aw: Awaitable[object]) -> None:

@@ -6,7 +6,9 @@ behind the manager's lock, so the actor can start the next message at once.
 the message done in the inbox. If acks do not come, it republishes with backoff
 the replies the outbound stream does not hold (read back first, so a retry later
 than the duplicate window stores nothing twice); if they never come, the message
-stays staged and is delivered after a restart — never lost, never answered twice.
+stays staged and is delivered after a restart — never lost, never answered twice. The session's
+next reply does not wait for this retry: it sends a lost earlier reply again itself first
+(``consumers/reply_order.py``), so the retry usually finds it stored.
 """
 
 from __future__ import annotations

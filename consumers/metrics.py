@@ -84,19 +84,27 @@ class Metrics:
             ["state"], registry=r,
         )
         self.set_ownership("starting")
+        # Labelled children looked up once (``labels()`` takes a lock and builds a key per call).
+        self._children: dict[tuple[str, str], Any] = {}
 
     def set_ownership(self, state: str) -> None:
         for s in OWNERSHIP_STATES:
             self.ownership.labels(s).set(1 if s == state else 0)
 
     def turn_ended(self, outcome: str, started_at: float | None, tokens_in: int, tokens_out: int) -> None:
-        self.turns.labels(outcome).inc()
+        self._child(self.turns, "turns", outcome).inc()
         if started_at is not None:
             self.turn_duration.observe(time.monotonic() - started_at)
         if tokens_in:
-            self.model_tokens.labels("input").inc(tokens_in)
+            self._child(self.model_tokens, "tokens", "input").inc(tokens_in)
         if tokens_out:
-            self.model_tokens.labels("output").inc(tokens_out)
+            self._child(self.model_tokens, "tokens", "output").inc(tokens_out)
+
+    def _child(self, metric: Counter, name: str, label: str) -> Any:
+        child = self._children.get((name, label))
+        if child is None:
+            child = self._children[(name, label)] = metric.labels(label)
+        return child
 
     def meter_tools(self, tools: ToolRegistry) -> None:
         """Count every tool call made through ``tools`` (by tool and outcome)."""

@@ -19,7 +19,9 @@ Ownership is also checked locally against the monotonic clock (``owns``): a part
 only while its last successful renewal was sent less than a TTL ago. A process resumed after a
 SIGSTOP therefore stops staging and fetching at once, before its renewal even fails; the
 broker-side fences stay (checkpoints: ``Nats-Expected-Last-Subject-Sequence``; replies:
-``Nats-Msg-Id``), and turns re-read the key (``still_ours``) before they act on a failure.
+``Nats-Msg-Id``), and turns re-read the key (``still_ours``) before they act on a failure. The
+epoch is also the SQL write fence: the new owner stores it before its replay and every staging
+and journal append carries it (``core/store/partition_epochs.py``).
 
 Why KV leases and not ADR-42's ``pinned_client`` priority groups (see docs/protocol.md#partitioned-ownership):
 a pinned client learns it was unpinned only at its next pull (status 423), so a resumed process
@@ -133,6 +135,14 @@ class PartitionOwnership:
             log.warning("reading the lease of partition %d failed (%r); the local lease decides", partition, exc)
             return self.owns(partition)
         return entry.value == self.owner_id.encode()
+
+    async def names_us(self, partition: int) -> bool:
+        """Read from the bucket now: does ``partition``'s key name this process (whatever its revision)?"""
+        return await self.owner_of(partition) == self.owner_id
+
+    def forget(self, partition: int) -> None:
+        """Drop a partition taken but overtaken by a newer owner before it was used (no release)."""
+        self.held.pop(partition, None)
 
     async def renewed(self) -> None:
         """Return at the next successful renewal of a held lease (a lapsed local lease may be ours again)."""

@@ -3,8 +3,9 @@
 ``PartitionOwnership`` (consumers/ownership.py) decides which partitions are ours; this module
 acts on its transitions:
 
-- gained: read the session records again (another process wrote them), replay the partitions'
-  staged-but-unfinished inbox rows to their actors in staging order, recover each partition
+- gained: record each partition's epoch in the database (``core/store/partition_epochs.py``: from
+  then on the previous owner's staging and journal appends are refused), read the session records
+  again (another process wrote them), replay the partitions' staged-but-unfinished inbox rows to their actors in staging order, recover each partition
   consumer's in-flight range (fetched by a dead owner, never staged) in stream order, then start
   one fetch loop per partition on its durable consumer;
 - lost or handed over: stop the partitions' fetch loops at once (what is in flight is nacked or
@@ -27,6 +28,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from consumers.actors import ActorRegistry
 from consumers.inbound_loop import InboundLoop
@@ -39,6 +41,7 @@ from consumers.settings import Settings
 from core.inbox import StagedMessage
 from core.sessions.manager import SessionManager
 from core.store.inbox import SqlInbox
+from core.store.partition_epochs import Claim, force_epoch, record_epoch
 from schemas.subjects import Subjects
 from schemas.wire import InboundMessage
 
@@ -60,9 +63,11 @@ class PartitionedInbound:
         manager: SessionManager,
         metrics: Metrics,
         make_loop: Callable[[str, Callable[[], bool]], InboundLoop],
+        db: AsyncEngine,
         forget_created: Callable[[Callable[[str], bool]], None] = lambda moved: None,
     ) -> None:
         s = settings
+        self._db = db
         self._settings = s
         self._subjects = subjects
         self._connection = connection
@@ -102,6 +107,12 @@ class PartitionedInbound:
     def owns(self, session_id: str) -> bool:
         """The actors' fence (``OwnershipFence``): ours by the local lease ("": the session-less actor)."""
         return self.owns_session(session_id or None)
+
+    def epoch_of(self, session_id: str | None) -> Claim | None:
+        """The SQL write fence (``WriteFence``): the session's partition and the epoch we hold it at."""
+        partition = self.partition_of(session_id)
+        epoch = self.ownership.epoch(partition)
+        return None if epoch is None else (partition, epoch)
 
     async def reestablished(self, session_id: str) -> list[tuple[StagedMessage, InboundMessage]]:
         """Wait until the session's partition is ours again, by the local lease and then by the
@@ -145,6 +156,7 @@ class PartitionedInbound:
     # -- transitions -------------------------------------------------------------------
 
     async def _gained(self, partitions: list[int]) -> None:
+        partitions = await self._record_epochs(partitions)  # before anything is replayed
         if not self._first:
             await self._manager.reload()  # the previous owner's records and generations
         self._first = False
@@ -175,6 +187,30 @@ class PartitionedInbound:
                 self._connection, self._js, self._subjects.inbound_stream, name, loop.process_read, self._ownership_lost
             )
         self._metrics.set_ownership("owner")
+
+    async def _record_epochs(self, partitions: list[int]) -> list[int]:
+        """Store the epoch of each gained partition; return those recorded. A newer stored epoch means
+        a newer owner (we took the partition and were overtaken before recording: it is not ours), or
+        one from an earlier lease bucket (revisions restart with a new bucket) when the bucket still
+        names us."""
+        recorded: list[int] = []
+        for partition in partitions:
+            epoch = self.ownership.epoch(partition)
+            if epoch is None:
+                continue
+            owner = self.ownership.owner_id
+            if await record_epoch(self._db, partition, epoch, owner):
+                recorded.append(partition)
+            elif await self.ownership.names_us(partition):
+                log.warning("partition %d: the stored epoch is newer than the lease bucket's %d (a new bucket); "
+                            "taking it over", partition, epoch)
+                await force_epoch(self._db, partition, epoch, owner)
+                recorded.append(partition)
+            else:
+                log.warning("partition %d: a newer owner recorded its epoch before us (ours %d); not taken",
+                            partition, epoch)
+                self.ownership.forget(partition)
+        return recorded
 
     async def _lost(self, partitions: list[int]) -> None:
         gone = set(partitions)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
 from typing import Any
@@ -27,6 +26,7 @@ NO_RESPONDERS = "503"
 # default); nats-py does not check. The line also holds "HPUB", the reply and two sizes.
 MAX_CONTROL_LINE_BYTES = 4096
 CONTROL_LINE_RESERVE_BYTES = 64
+SWEEP_MIN = 1024  # unanswered acks kept before the given-up ones are swept
 
 
 class StreamAcks:
@@ -43,7 +43,8 @@ class StreamAcks:
         self._nc = nc
         self._prefix = ""
         self._next = 0
-        self._waiting: dict[str, asyncio.Future[int]] = {}
+        self._waiting: dict[str, tuple[asyncio.Future[int], bool]] = {}
+        self._sweep_at = SWEEP_MIN
 
     async def _ensure_inbox(self) -> None:
         if not self._prefix:
@@ -51,45 +52,69 @@ class StreamAcks:
             await self._nc.subscribe(prefix + "*", cb=self._on_reply)
             self._prefix = prefix
 
-    async def send(self, subject: str, payload: bytes, headers: dict[str, str] | None = None) -> asyncio.Future[int]:
+    async def send(
+        self, subject: str, payload: bytes, headers: dict[str, str] | None = None, *, log_failure: bool = False
+    ) -> asyncio.Future[int]:
         """Publish now; the future resolves to the stored message's stream sequence.
 
-        SubjectTooLong (nothing sent) when the subject would not fit the server's control line.
+        ``log_failure``: a refusal is logged here (pipelined publishes, whose callers only
+        learn that one of a batch failed). SubjectTooLong (nothing sent) when the subject
+        would not fit the server's control line.
         """
-        await self._ensure_inbox()
+        if not self._prefix:
+            await self._ensure_inbox()
         self._next += 1
         token = str(self._next)
         line = len(subject.encode()) + len(self._prefix) + len(token) + CONTROL_LINE_RESERVE_BYTES
         if line > MAX_CONTROL_LINE_BYTES:
             raise SubjectTooLong(f"subject of {len(subject.encode())} bytes does not fit the server's control line")
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self._waiting[token] = future
-        future.add_done_callback(functools.partial(self._forget, token))
-        await self._nc.publish(subject, payload, reply=self._prefix + token, headers=headers)
+        if len(self._waiting) >= self._sweep_at:
+            self._sweep()
+        # No done-callbacks on the hot path (each costs a loop callback when the ack lands): the
+        # reply handler forgets the token; a future given up on (cancelled) is swept later.
+        self._waiting[token] = (future, log_failure)
+        try:
+            await self._nc.publish(subject, payload, reply=self._prefix + token, headers=headers)
+        except BaseException:
+            self._waiting.pop(token, None)  # not sent (or not known to be): no ack will name it
+            raise
         return future
 
-    def _forget(self, token: str, _done: asyncio.Future[int]) -> None:
-        self._waiting.pop(token, None)
+    def _sweep(self) -> None:
+        """Forget futures nobody waits for any more (cancelled after a timeout, their ack never came)."""
+        self._waiting = {t: w for t, w in self._waiting.items() if not w[0].done()}
+        self._sweep_at = max(SWEEP_MIN, 2 * len(self._waiting))
 
     async def _on_reply(self, msg: Msg) -> None:
-        future = self._waiting.get(msg.subject[len(self._prefix):])
-        if future is None or future.done():
+        waiting = self._waiting.pop(msg.subject[len(self._prefix):], None)
+        if waiting is None:
+            return
+        future, log_failure = waiting
+        if future.done():
             return
         if msg.headers and msg.headers.get("Status") == NO_RESPONDERS:
-            future.set_exception(NoStreamResponseError())
+            self._fail(future, NoStreamResponseError(), log_failure)
             return
         try:
             ack = orjson.loads(msg.data)
         except orjson.JSONDecodeError as exc:
-            future.set_exception(exc)
+            self._fail(future, exc, log_failure)
             return
         if "error" in ack:
             try:
                 APIError.from_error(ack["error"])  # raises the matching nats-py error
             except APIError as exc:
-                future.set_exception(exc)
+                self._fail(future, exc, log_failure)
         else:
             future.set_result(int(ack.get("seq", 0)))
+
+    @staticmethod
+    def _fail(future: asyncio.Future[int], exc: Exception, log_failure: bool) -> None:
+        if log_failure:
+            log.error("a pipelined publish was not acknowledged: %r", exc)
+        future.set_exception(exc)
+        future.exception()  # retrieved: a caller that only counts failures leaves no "never retrieved" warning
 
 
 class Publisher:
@@ -106,31 +131,18 @@ class Publisher:
         self.dlq_raw_max_bytes = dlq_raw_max_bytes
         self._nc = nc
         self._acks = StreamAcks(nc)
-        self._pending: set[asyncio.Future[Any]] = set()
 
     async def _publish_pipelined(
         self, subject: str, payload: bytes, headers: dict[str, str] | None = None
     ) -> asyncio.Future[Any]:
         """Send now, collect the ack later (``settle``): publishes keep their order on the connection
-        and a turn does not wait one broker round trip (and fsync) per event."""
-        future = await self._acks.send(subject, payload, headers)
-        self._pending.add(future)
-        future.add_done_callback(self._on_ack)
-        return future
+        and a turn does not wait one broker round trip (and fsync) per event. A refusal is logged."""
+        return await self._acks.send(subject, payload, headers, log_failure=True)
 
-    def _on_ack(self, future: asyncio.Future[Any]) -> None:
-        self._pending.discard(future)
-        if future.cancelled():
-            return
-        exc = future.exception()
-        if exc is not None:
-            log.error("a pipelined publish was not acknowledged: %r", exc)
-
-    async def settle(self, futures: list[asyncio.Future[Any]] | None = None) -> bool:
-        """Wait for the acks of ``futures`` (default: every publish sent so far); False if any failed."""
-        pending = [f for f in (futures if futures is not None else self._pending) if not f.done()]
-        done_already = [f for f in (futures or []) if f.done()]
-        if any(f.cancelled() or f.exception() is not None for f in done_already):
+    async def settle(self, futures: list[asyncio.Future[Any]]) -> bool:
+        """Wait for the acks of ``futures``; False if any failed or did not come within ``timeout_s``."""
+        pending = [f for f in futures if not f.done()]
+        if any(f.cancelled() or f.exception() is not None for f in futures if f.done()):
             return False
         if not pending:
             return True
@@ -158,6 +170,8 @@ class Publisher:
     async def checkpoint_acked(self, session_id: str, acked: asyncio.Future[int], expected_last_seq: int | None) -> int:
         """The stored checkpoint's subject sequence; CheckpointFailed if the broker refused or never answered."""
         try:
+            if acked.done():  # usually: the ack came while the turn went on
+                return acked.result()
             async with asyncio.timeout(self.timeout_s):
                 return await acked
         except APIError as exc:

@@ -6,6 +6,7 @@ it first. An event answered before a crash is delivered again from the engine's 
 (``Session.lookup_external_event``, durable), but only the replies the outbound stream
 does not hold already (read back before any republish, so the duplicate window does not
 matter); one whose first message the inbox already finished is recognised as delivered (KS-14).
+Every reply is sent only once the session's earlier replies are stored (``ReplyOrder``).
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from consumers.checkpoints import CheckpointChain
-from consumers.outbound_ledger import stored_reply_seqs
+from consumers.outbound_ledger import reply_msg_id, stored_reply_seqs
 from consumers.publisher import Publisher
+from consumers.reply_order import ReplyOrder
 from consumers.runner_ports import SessionRecords
 from core.engine import Session
 from core.engine.answers import EventAnswers
@@ -77,6 +79,12 @@ class ReplySender:
         self._checkpoints = checkpoints
         self._finished = finished
         self._publishes = publishes
+        self._order = ReplyOrder(session_id, publisher, book.generation_of)
+
+    @property
+    def all_stored(self) -> bool:
+        """True when every reply this session sent is confirmed stored (none waits to be sent again)."""
+        return self._order.all_stored
 
     async def answer_was_delivered(self, answers: EventAnswers, inbound: InboundMessage) -> bool:
         """True when the message that began the answering turn is another one that is finished:
@@ -132,7 +140,9 @@ class ReplySender:
         self, target: ReplyTarget, generation: int, turn_id: str, seq: int,
         text: str, objects: list[dict[str, Any]], sink: Pending | None = None,
     ) -> None:
-        """One reply; a new answer (no ``sink``) waits for the checkpoint that holds it."""
+        """One reply; a new answer (no ``sink``) waits for the checkpoint that holds it. Every reply
+        waits until the session's earlier replies are stored (``consumers/reply_order.py``)."""
+        await self._order.earlier_stored(reply_msg_id(self.session_id, turn_id, seq))
         if sink is None:  # a new answer: the checkpoint holding it is stored before the reply goes out
             await self._checkpoints.settle()
         reply = OutboundReply(
@@ -150,4 +160,6 @@ class ReplySender:
         # session.deleted — so a reply either precedes its session's deletion or is never sent.
         if self._book.generation_of(self.session_id) != generation:
             raise StaleGeneration(f"session {self.session_id!r} was deleted; its reply is not sent")
-        (self._publishes.unsettled if sink is None else sink).append(await self._pub.outbound(target.platform, reply))
+        acked = await self._pub.outbound(target.platform, reply)
+        self._order.sent(target.platform, reply, acked)
+        (self._publishes.unsettled if sink is None else sink).append(acked)

@@ -2,7 +2,9 @@
 
 What it serves is built in one place, ``consumers/bootstrap.py``; the service connects
 (broker, database), takes the ownership lease, prepares the store and streams, and then
-asks ``bootstrap`` for the ``Runtime`` it starts and, at the end, drains and closes.
+asks ``bootstrap`` for the ``Runtime`` it starts and, at the end, drains and closes. How far it
+got is one value, ``phase``: ``Unconnected`` → ``Connected(connections, lease)`` (standby,
+preparing) → ``Serving(connections, lease, runtime)``; nothing is half-built.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from contextlib import AsyncExitStack
+from dataclasses import dataclass
 
 from faststream.nats import NatsBroker
 from nats.js import JetStreamContext
@@ -40,6 +43,31 @@ from schemas.subjects import Subjects
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class Unconnected:
+    """Before ``start`` has connected: only the operator endpoint runs."""
+
+
+@dataclass(frozen=True)
+class Connected:
+    """Connected, with the ownership lease to take or taken: a standby, or preparing to serve."""
+
+    connections: Connections
+    lease: OwnershipLease
+
+
+@dataclass(frozen=True)
+class Serving:
+    """Connected, owning, and running the built ``Runtime``."""
+
+    connections: Connections
+    lease: OwnershipLease
+    runtime: Runtime
+
+
+Phase = Unconnected | Connected | Serving
+
+
 class TurnstileService:
     """One turnstile process: health endpoint, connections, ownership, and the built ``Runtime``."""
 
@@ -54,61 +82,63 @@ class TurnstileService:
         self.http = HttpServer(settings.http_host, settings.http_port)
         self.http.add_routes(inspector_routes(self))
         self.http.add_routes(observability_routes(self))
-        # What start() opened, closed in reverse order by stop(); the runtime, once built.
+        # What start() opened, closed in reverse order by stop(); how far start() got.
         self._opened = AsyncExitStack()
-        self._connections: Connections | None = None
-        self._lease: OwnershipLease | None = None
-        self._runtime: Runtime | None = None
+        self.phase: Phase = Unconnected()
         self._fencing: list[asyncio.Task[None]] = []  # referenced until done
 
-    # -- the running parts (None while not serving; read by the endpoint, the CLI and tests) --------
+    # -- the running parts (None while not there yet; read by the endpoint, the CLI and tests) ------
     @property
     def runtime(self) -> Runtime | None:
-        return self._runtime
+        return self.phase.runtime if isinstance(self.phase, Serving) else None
+
+    @property
+    def connections(self) -> Connections | None:
+        return None if isinstance(self.phase, Unconnected) else self.phase.connections
 
     @property
     def broker(self) -> NatsBroker | None:
-        return self._connections.broker if self._connections is not None else None
+        return self.connections.broker if self.connections is not None else None
 
     @property
     def js(self) -> JetStreamContext | None:
-        return self._connections.js if self._connections is not None else None
+        return self.connections.js if self.connections is not None else None
 
     @property
     def db(self) -> AsyncEngine | None:
-        return self._connections.db if self._connections is not None else None
+        return self.connections.db if self.connections is not None else None
 
     @property
     def manager(self) -> SessionManager | None:
-        return self._runtime.manager if self._runtime is not None else None
+        return self.runtime.manager if self.runtime is not None else None
 
     @property
     def engines(self) -> SessionOpener | None:
-        return self._runtime.opener if self._runtime is not None else None
+        return self.runtime.opener if self.runtime is not None else None
 
     @property
     def actors(self) -> ActorRegistry | None:
-        return self._runtime.actors if self._runtime is not None else None
+        return self.runtime.actors if self.runtime is not None else None
 
     @property
     def inbox(self) -> SqlInbox | None:
-        return self._runtime.inbox if self._runtime is not None else None
+        return self.runtime.inbox if self.runtime is not None else None
 
     @property
     def publisher(self) -> Publisher | None:
-        return self._runtime.publisher if self._runtime is not None else None
+        return self.runtime.publisher if self.runtime is not None else None
 
     @property
     def inbound(self) -> InboundLoop | None:
-        return self._runtime.inbound if self._runtime is not None else None
+        return self.runtime.inbound if self.runtime is not None else None
 
     @property
     def committer(self) -> GroupCommitter | None:
-        return self._runtime.committer if self._runtime is not None else None
+        return self.runtime.committer if self.runtime is not None else None
 
     @property
     def lease(self) -> OwnershipLease | None:
-        return self._lease
+        return None if isinstance(self.phase, Unconnected) else self.phase.lease
 
     # -- life -------------------------------------------------------------------------------------
     async def start(self, patient: bool = False) -> None:
@@ -135,23 +165,24 @@ class TurnstileService:
         self._opened.push_async_callback(self._stop_broker, broker)
         await broker.connect()
         js = broker.connection.jetstream()
-        self._connections = Connections(broker=broker, js=js, db=db)
-        self._lease = OwnershipLease(js, f"{self.subjects.stream_prefix}_LEASES", s.lease_ttl_s)
+        connections = Connections(broker=broker, js=js, db=db)
+        lease = OwnershipLease(js, f"{self.subjects.stream_prefix}_LEASES", s.lease_ttl_s)
+        self.phase = Connected(connections, lease)
         self._set_role("standby")
-        await self._lease.acquire(on_lost=self._on_lease_lost)
-        self._opened.push_async_callback(self._release_ownership, self._lease)
+        await lease.acquire(on_lost=self._on_lease_lost)
+        self._opened.push_async_callback(self._release_ownership, lease)
         self._set_role("starting")
         await migrate(db, allow_foreign_tables=s.database_allow_foreign_tables)
         await ensure_streams(js, s, self.subjects)
         runtime = bootstrap(
-            s, self._connections, metrics=self.metrics, still_owner=self._lease.still_ours, replace=self._replace
+            s, connections, metrics=self.metrics, still_owner=lease.still_ours, replace=self._replace
         )
         self._opened.push_async_callback(runtime.close)
-        self._runtime = runtime
+        self.phase = Serving(connections, lease, runtime)
         if runtime.partitioned is not None and not s.database_url.startswith("sqlite"):
             # The prefix lease only serialised migrations and stream set-up: partition leases rule now
             # (SQLite: it stays held, and its holder owns every partition; the others stand by).
-            await self._lease.release()
+            await lease.release()
         await runtime.start(self.lost)
         self._set_role("owner")
 
@@ -164,13 +195,13 @@ class TurnstileService:
         log.warning("fenced: ownership lost, stopped fetching and cancelled running turns (they stay staged)")
         self._set_role("fenced")
         self.lost.set()
-        if self._runtime is not None:
+        if isinstance(self.phase, Serving):
             # Stage nothing more: what is in flight is redelivered to the new owner.
-            self._fencing = self._runtime.fence()
+            self._fencing = self.phase.runtime.fence()
 
     async def clear_history(self, session_id: str) -> bool:
         """Clear the session's journal and checkpoints (``SessionHistory.clear``); False when not serving."""
-        return await self._runtime.history.clear(session_id) if self._runtime is not None else False
+        return await self.phase.runtime.history.clear(session_id) if isinstance(self.phase, Serving) else False
 
     async def _clear_session_data(self, session_id: str) -> None:
         """SM-21: the manager's hook after session.deleted (``SessionHistory.clear_deleted``)."""
@@ -192,7 +223,7 @@ class TurnstileService:
     async def stop(self) -> None:
         """Stop fetching, let running turns finish (bounded), flush, hand over, close connections."""
         self._set_role("stopping")
-        if self._runtime is not None:
-            await self._runtime.drain(0 if self.lost.is_set() else self.settings.drain_timeout_s)
+        if isinstance(self.phase, Serving):
+            await self.phase.runtime.drain(0 if self.lost.is_set() else self.settings.drain_timeout_s)
         await asyncio.gather(*self._fencing, return_exceptions=True)
         await self._opened.aclose()

@@ -275,12 +275,15 @@ def other_operations(
             limit=req.limit, cursor=req.cursor, budget_bytes=budget_bytes(),
         )
 
+    # Shared database: one process at a time, on records read through (no lost merge, one workspace per root).
     async def place_update(req: PlaceUpdateRequest) -> PlaceOut:
-        return render.place(await manager().update_place(req.key, req.metadata))
+        async with shared.directory_writes():
+            return render.place(await manager().update_place(req.key, req.metadata))
 
     async def workspace_add(req: WorkspaceAddRequest) -> WorkspaceAddedOut:
         real = await asyncio.to_thread(real_directory, req.root)
-        added = await manager().add_workspace(real)
+        async with shared.directory_writes():
+            added = await manager().add_workspace(real)
         return WorkspaceAddedOut(workspace=render.workspace(added.workspace), existed=added.existed)
 
     async def workspace_list(req: PageRequest) -> Page[WorkspaceOut]:
@@ -290,7 +293,8 @@ def other_operations(
         )
 
     async def workspace_remove(req: WorkspaceIdRequest) -> WorkspaceRemovedOut:
-        changed = await manager().remove_workspace(req.workspace_id)
+        async with shared.directory_writes():
+            changed = await manager().remove_workspace(req.workspace_id)
         return WorkspaceRemovedOut(workspace_id=req.workspace_id, changed_sessions=changed)
 
     async def platform_register(req: PlatformRegisterRequest) -> AdapterInstanceOut:

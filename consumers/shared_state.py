@@ -1,7 +1,9 @@
 """The session manager's records shared by every process on one PostgreSQL database.
 
 ``SharedState`` loads the platform instances registered over the control API (``platform_instances``)
-into the manager's registry, persists ``platform.register``/``platform.unregister``, and on PostgreSQL
+and the chat types messages declared one-to-one (``learned_chat_scopes``, SM-26) into the manager's
+registry, persists ``platform.register``/``platform.unregister`` and every newly declared chat type
+(written in the background: the message's recording does not wait for it), and on PostgreSQL
 listens for the other processes' writes (``core.store.change_feed``): changed records, places,
 workspaces and generations are read back into the manager's table, registrations into the registry.
 On SQLite it only persists: SQLite is the single-process store.
@@ -9,18 +11,27 @@ On SQLite it only persists: SQLite is the single-process store.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core.sessions.manager import SessionManager
 from core.sessions.platforms import AdapterInstance
+from core.sessions.ports import StoreChange
 from core.store.change_feed import ChangeFeed, SharedChange, notify, read_back, read_with_ancestors
+from core.store.chat_scope_repo import SqlChatScopeRepository
 from core.store.platform_repo import SqlPlatformRepository
+from core.store.session_tables import places_table, workspaces_table
 
 log = logging.getLogger(__name__)
+
+# pg_advisory_xact_lock key serialising place and workspace writes across processes ("tsdirect").
+DIRECTORY_LOCK_KEY = 0x7473646972656374
 
 
 def new_origin() -> str:
@@ -37,6 +48,8 @@ class SharedState:
         self._origin = origin
         self._platforms = SqlPlatformRepository(engine, on_write=self._notify_platforms)
         self._stored: set[str] = set()  # ids of the registry's instances that came from the table
+        self._scopes = SqlChatScopeRepository(engine, on_write=self._notify_platforms)
+        self._writing: set[asyncio.Task[None]] = set()  # declared chat types being stored
         self.feed: ChangeFeed | None = None
 
     @property
@@ -54,11 +67,18 @@ class SharedState:
     async def start(self) -> None:
         """After the manager loaded its table: load the registrations, install what was heard since."""
         await self.listen()
+        self._manager.registry.on_learned = self._learned
         await self._load_platforms()
         if self.feed is not None:
             self.feed.deliver()
 
+    async def flush(self) -> None:
+        """Wait until the chat types declared so far are stored."""
+        while self._writing:
+            await asyncio.gather(*self._writing, return_exceptions=True)
+
     async def close(self) -> None:
+        await self.flush()
         if self.feed is not None:
             await self.feed.close()
             self.feed = None
@@ -82,10 +102,43 @@ class SharedState:
         if self.shared and wanted:
             await self._manager.install_external(lambda: read_with_ancestors(self._engine, wanted))
 
+    @asynccontextmanager
+    async def directory_writes(self) -> AsyncIterator[None]:
+        """Around ``place.update`` and ``workspace.add``/``remove`` on a shared database: one process at a
+        time (a PostgreSQL advisory lock held until the write committed), judged on every place and
+        workspace read through first, so two processes never merge onto or check a stale copy."""
+        if not self.shared:
+            yield
+            return
+        async with self._engine.begin() as conn:  # the lock ends with this transaction, after the write
+            await conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": DIRECTORY_LOCK_KEY})
+            await self._manager.install_external(self._read_directory)
+            yield
+
+    async def _read_directory(self) -> StoreChange:
+        async with self._engine.connect() as conn:
+            places = {str(k) for k in (await conn.execute(select(places_table.c.key))).scalars()}
+            workspaces = {str(k) for k in (await conn.execute(select(workspaces_table.c.id))).scalars()}
+        places |= {p.key for p in self._manager.list_places()}
+        workspaces |= {w.id for w in self._manager.list_workspaces()}
+        return await read_back(self._engine, SharedChange(origin="", places=tuple(places), workspaces=tuple(workspaces)))
+
+    def _learned(self, platform: str, chat_type: str) -> None:
+        task = asyncio.create_task(self._store_learned(platform, chat_type))
+        self._writing.add(task)
+        task.add_done_callback(self._writing.discard)
+
+    async def _store_learned(self, platform: str, chat_type: str) -> None:
+        try:
+            await self._scopes.add(platform, chat_type)
+        except Exception as exc:  # known here still; the other processes learn it from their own messages
+            log.warning("storing that %s chat type %r is one-to-one failed: %r", platform, chat_type, exc)
+
     def _notify_platforms(self, conn: Connection) -> None:
         notify(conn, SharedChange(origin=self._origin, platforms=True))
 
     async def _load_platforms(self) -> None:
+        self._manager.registry.learn_one_to_one(await self._scopes.load())
         instances = await self._platforms.load()
         found = {i.instance_id for i in instances}
         for gone in self._stored - found:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import logging
 
-import httpx
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -92,6 +91,8 @@ async def check_provider(settings: Settings) -> None:
     if not key and "api.openai.com" in base:
         raise StartupError("TURNSTILE_OPENAI_API_KEY is empty; the OpenAI API needs a key", EXIT_PROVIDER)
     headers = {"Authorization": f"Bearer {key}"} if key else {}
+    import httpx  # only for the OpenAI provider: with rich and pygments (httpx's CLI) it costs ~4 MB resident
+
     try:
         async with httpx.AsyncClient(timeout=min(settings.provider_timeout_s, PROVIDER_CHECK_S)) as client:
             response = await client.get(f"{base}/models", headers=headers)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from consumers.actors import ActorRegistry, Reply
@@ -17,6 +18,7 @@ from consumers.api import Operation
 from consumers.replies import ReplyTarget
 from consumers.session_opener import SessionOpener
 from consumers.turn_runner import TurnRunner
+from consumers.turn_steps import TurnPlan, TurnResult
 from core.engine import AgentMode, Session, SessionOptions, ingress_options
 from core.errors import Conflict, InvalidInput, NotFound, TooLarge
 from core.sessions.manager import SessionManager
@@ -80,6 +82,22 @@ def _mode_options(req: ModeTurnRequest, mode: AgentMode, channel: dict[str, Any]
     return SessionOptions.conversation(mode.kind, roots=list(req.roots)).with_changes(**changes)
 
 
+@dataclass(frozen=True)
+class ControlTurn:
+    """The steps of a control-started turn for ``TurnRunner.serve_turn``: it runs on the generation it
+    loads (no staged generation to check), and the control reply is what finishes it."""
+
+    load: Callable[[], Awaitable[Session]]
+    stage: Callable[[Session], Awaitable[TurnPlan]]
+    answer: Callable[[Session, TurnResult], dict[str, Any]]
+
+    async def current(self) -> bool:
+        return True
+
+    async def finish(self, engine: Session, result: TurnResult) -> dict[str, Any]:
+        return self.answer(engine, result)
+
+
 class TurnOperations:
     """The implementations; each engine-touching one is a command run inside the session's actor."""
 
@@ -91,8 +109,12 @@ class TurnOperations:
     def _actors(self) -> ActorRegistry:
         return self._actors_
 
-    def _known(self, session_id: str) -> bool:
-        return self._manager.get_session(session_id) is not None
+    async def _load_known(self, runner: TurnRunner, session_id: str) -> Session:
+        """The session's engine; ``NotFound`` when it has neither history nor a record."""
+        engine = await runner.load()
+        if engine.state.next_seq == 0 and self._manager.get_session(session_id) is None:
+            raise NotFound(f"session {session_id!r} not found")
+        return engine
 
     async def _file(self, session_id: str) -> None:
         """File a mode turn's session by id once its opening is staged (kind ``owner``, no origin,
@@ -111,9 +133,7 @@ class TurnOperations:
         actors.request_stop(sid, "interrupt")  # cancels a running provider call / tool dispatch now
 
         async def command(runner: TurnRunner, reply: Reply) -> Any:
-            engine = await runner.load()
-            if engine.state.next_seq == 0 and not self._known(sid):
-                raise NotFound(f"session {sid!r} not found")
+            engine = await self._load_known(runner, sid)
             stopped = runner is runner_before and runner.stops_applied > stops_before
             closed = False
             if engine.pending_turn:
@@ -135,22 +155,25 @@ class TurnOperations:
         sid = req.session_id
 
         async def command(runner: TurnRunner, reply: Reply) -> Any:
-            engine = await runner.load()
-            if engine.state.next_seq == 0 and not self._known(sid):
-                raise NotFound(f"session {sid!r} not found")
-            checkpoint = runner.checkpointer(None)
-            # KS-9: only an exhausted ordinary conversation can be reset.
-            if not await engine.reset_exhausted_turn_rounds_for_retry(checkpoint=checkpoint):
-                raise Conflict(f"session {sid!r} has no exhausted conversation turn to retry ({engine.status})")
-            target = None
-            if req.platform:
-                target = ReplyTarget(req.platform, req.reply_to or str(engine.turn_id),
-                                     engine.state.turn.external_event_id)
-            trigger = {"trigger": "turn.retry"}
-            result = await runner.run_turn(engine, checkpoint, generation=runner.loaded_generation, target=target,
-                                           started=trigger, ended=trigger)
-            return {"session_id": sid, "turn_id": engine.turn_id, "outcome": result.outcome, "error": result.error,
-                    "status": engine.status, "delivered": result.delivered}
+            async def load() -> Session:
+                return await self._load_known(runner, sid)
+
+            async def stage(engine: Session) -> TurnPlan:
+                # KS-9: only an exhausted ordinary conversation can be reset.
+                if not await engine.reset_exhausted_turn_rounds_for_retry(checkpoint=runner.checkpointer(None)):
+                    raise Conflict(f"session {sid!r} has no exhausted conversation turn to retry ({engine.status})")
+                target = None
+                if req.platform:
+                    target = ReplyTarget(req.platform, req.reply_to or str(engine.turn_id),
+                                         engine.state.turn.external_event_id)
+                trigger = {"trigger": "turn.retry"}
+                return TurnPlan(runner.loaded_generation, target, started=trigger, ended=trigger)
+
+            def answer(engine: Session, result: TurnResult) -> dict[str, Any]:
+                return {"session_id": sid, "turn_id": engine.turn_id, "outcome": result.outcome,
+                        "error": result.error, "status": engine.status, "delivered": result.delivered}
+
+            return await runner.serve_turn(ControlTurn(load, stage, answer))
 
         return await self._actors().call(sid, "turn.retry", command)
 
@@ -159,9 +182,7 @@ class TurnOperations:
         sid = req.session_id
 
         async def command(runner: TurnRunner, reply: Reply) -> Any:
-            engine = await runner.load()
-            if engine.state.next_seq == 0 and not self._known(sid):
-                raise NotFound(f"session {sid!r} not found")
+            engine = await self._load_known(runner, sid)
             if engine.completed:
                 raise Conflict(f"session {sid!r} is completed")
             applied = await engine.refresh_group_context(
@@ -241,46 +262,61 @@ class TurnOperations:
         kind = options.mode.kind
 
         async def command(runner: TurnRunner, reply: Reply) -> Any:
-            engine = await runner.load()
-            if engine.state.next_seq != 0:
-                resumable = engine.state.mode.kind == kind and engine.pending_turn and not engine.completed
-                if not resumable:
-                    raise Conflict(
-                        f"session {sid!r} already has history ({engine.state.mode.kind}, {engine.status}); "
-                        f"{kind} needs a new session id"
-                    )
-            else:
+            started: dict[str, Any] = {"session_id": sid, "mode": kind}
+            fresh = False
+
+            async def load() -> Session:
+                """The session with this mode's history to resume, or opened fresh with the mode's options."""
+                nonlocal fresh
+                engine = await runner.load()
+                if engine.state.next_seq != 0:
+                    resumable = engine.state.mode.kind == kind and engine.pending_turn and not engine.completed
+                    if not resumable:
+                        raise Conflict(
+                            f"session {sid!r} already has history ({engine.state.mode.kind}, {engine.status}); "
+                            f"{kind} needs a new session id"
+                        )
+                    return engine
                 try:
                     engine = await runner.open_fresh(options)
-                    staged = await stage(engine, runner.checkpointer(None, "message_staged"))
                 except Exception:
                     runner.unload()  # nothing of this mode was journaled: forget the mode options
                     raise
-                if not staged:
-                    runner.unload()
-                    raise Conflict(f"the {kind} opening of {sid!r} was not staged")
-                await self._file(sid)
-            started = {"session_id": sid, "mode": kind}
-            target = ReplyTarget(platform, str(engine.turn_id)) if platform else None
+                fresh = True
+                return engine
 
-            def answer_now(turn: dict[str, Any]) -> None:
-                started.update(turn)
-                if not wait:
-                    reply(dict(started))
+            async def stage_opening(engine: Session) -> TurnPlan:
+                if fresh:
+                    try:
+                        staged = await stage(engine, runner.checkpointer(None, "message_staged"))
+                    except Exception:
+                        runner.unload()  # nothing of this mode was journaled: forget the mode options
+                        raise
+                    if not staged:
+                        runner.unload()
+                        raise Conflict(f"the {kind} opening of {sid!r} was not staged")
+                    await self._file(sid)
+                target = ReplyTarget(platform, str(engine.turn_id)) if platform else None
 
-            trigger = {"trigger": f"turn.{kind}"}
-            result = await runner.run_turn(
-                engine, runner.checkpointer(None), generation=runner.loaded_generation, target=target,
-                started=trigger, ended=trigger, deadline_s=deadline_s, on_started=answer_now,
-            )
-            outcome, error, delivered = result.outcome, result.error, result.delivered
-            commit = engine.state.commit
-            return {
-                **started, "outcome": outcome, "error": error, "status": engine.status,
-                "completed": engine.completed, "delivered": delivered,
-                "committed": commit.model_dump() if commit is not None else None,
-                "free_time_result": engine.state.free_time_result,
-            }
+                def answer_now(turn: dict[str, Any]) -> None:
+                    started.update(turn)
+                    if not wait:
+                        reply(dict(started))
+
+                trigger = {"trigger": f"turn.{kind}"}
+                return TurnPlan(runner.loaded_generation, target, started=trigger, ended=trigger,
+                                deadline_s=deadline_s, on_started=answer_now)
+
+            def answer(engine: Session, result: TurnResult) -> dict[str, Any]:
+                commit = engine.state.commit
+                return {
+                    **started, "outcome": result.outcome, "error": result.error, "status": engine.status,
+                    "completed": engine.completed, "delivered": result.delivered,
+                    "committed": commit.model_dump() if commit is not None else None,
+                    "free_time_result": engine.state.free_time_result,
+                }
+
+            return await runner.serve_turn(ControlTurn(load, stage_opening, answer))
 
         return await self._actors().call(sid, f"turn.{kind}", command)
 

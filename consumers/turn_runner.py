@@ -1,9 +1,12 @@
 """TurnRunner: what a session actor does with one staged inbound message or control command.
 
-Order of a turn (DESIGN "Flow"): generation check → restore the engine session
-from the last checkpoint if not loaded → stage the user message (checkpoint)
-→ ``run_pending_turn`` (a checkpoint after every durable step) → generation
-check → outbound replies → turn bookkeeping → inbox mark. A message answered
+Order of a turn (DESIGN "Flow"), written once in ``serve_turn``: generation check →
+restore the engine session from the last checkpoint if not loaded → stage (the user
+message, or a control turn's opening; a checkpoint) → ``run_pending_turn`` (a
+checkpoint after every durable step) → generation check → outbound replies → turn
+bookkeeping → settle → finish (inbox mark, or the control reply); what differs between
+an inbound message (``inbound_turn.py``) and a control turn is passed in as ``TurnSteps``
+(``turn_steps.py``). Retries and dead letters: ``message_retries.py``. A message answered
 before a crash is delivered again from the engine's state under the same
 ``Nats-Msg-Id`` (``<sid>:<turn_id>:<seq>``), which JetStream deduplicates; a
 replay of an event whose first message was delivered is dropped (KS-14).
@@ -22,36 +25,35 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
-from tenacity import RetryCallState
 
 from consumers.checkpoint_transitions import transition_of
 from consumers.checkpoints import CheckpointChain
+from consumers.inbound_turn import InboundTurn
 from consumers.logs import clear_log_context, log_context
 from consumers.message_finisher import TurnFinisher
+from consumers.message_retries import MAX_ERROR_CHARS, MessageRetries
 from consumers.metrics import Metrics
 from consumers.publisher import Publisher
 from consumers.replies import ItemPublishes, ReplySender, ReplyTarget
-from consumers.retry_policy import OwnershipLost, TurnRetryPolicy
+from consumers.retry_policy import TurnRetryPolicy
 from consumers.runner_ports import EngineOpener, SessionRecords
 from consumers.turn_events import TurnEvents
-from consumers.turn_inputs import chat_of, external_id_of, principal_of, work_of
+from consumers.turn_inputs import chat_of, external_id_of, work_of
+from consumers.turn_steps import Checkpointer, TurnPlan, TurnResult, TurnSteps
 from core.engine import FORMAT_VERSION, Session, SessionOptions, TurnExhausted
 from core.engine.policy import MidTurnAction, MidTurnPolicy, decide_mid_turn
 from core.engine.snapshot import EncodedSnapshot
-from core.errors import Cancelled, CheckpointFailed, StaleGeneration, TurnstileError, Unavailable
+from core.errors import Cancelled, CheckpointFailed, StaleGeneration, TurnstileError
 from core.sessions.rules import from_elsewhere
-from core.store.inbox import DROPPED, SqlInbox, StagedMessage
+from core.store.inbox import SqlInbox, StagedMessage
 from schemas.wire import Checkpoint, InboundMessage
 
 log = logging.getLogger(__name__)
 
-MAX_ERROR_CHARS = 200
 BUSY_REASON = "busy"
-FAILED_REASON = "failed"
 POLICIES = tuple(p.value for p in MidTurnPolicy)
 FINISHED_REMEMBERED = 256
 # Checkpoints of these steps are stored before the engine goes on: a tool runs next.
@@ -59,18 +61,7 @@ BARRIER_STEPS = frozenset({"model_response", "tool_call"})
 FALLBACK_SEQ = -1  # the seq of the TURNSTILE_PROVIDER_FAILURE_REPLY reply (never a journal seq)
 _UNMETERED = Metrics()  # for runners built without the service's metrics (tests)
 
-Checkpointer = Callable[[EncodedSnapshot], Awaitable[None]]
-
-
-@dataclass(frozen=True)
-class TurnResult:
-    """How a turn ended: ``outcome`` (replied, silent, aborted, error), replies delivered, and
-    ``stale`` when its session was deleted meanwhile (nothing was delivered)."""
-
-    outcome: str
-    error: str | None
-    delivered: int = 0
-    stale: bool = False
+R = TypeVar("R")
 
 
 class TurnRunner:
@@ -97,9 +88,6 @@ class TurnRunner:
         self._metrics = metrics or _UNMETERED
         self._failure_reply = failure_reply
         self.received_at: float | None = None  # monotonic time the item in hand was queued (reply latency)
-        self._retry = retry or TurnRetryPolicy()
-        # "Does this process still own the session?" (the ownership lease); None: always.
-        self._still_owner = still_owner
         self._engines = engines
         self._book = book
         self._pub = publisher
@@ -126,6 +114,10 @@ class TurnRunner:
             session_id, book=book, publisher=publisher, metrics=self._metrics, publishes=self._publishes, clock=clock
         )
         self._finisher = TurnFinisher(session_id, publisher, inbox, self._finished.append)
+        self._retries = MessageRetries(
+            session_id, publisher=publisher, inbox=inbox, publishes=self._publishes,
+            retry=retry or TurnRetryPolicy(), still_owner=still_owner, forget=self.unload,
+        )
 
     # -- arrival policy ---------------------------------------------------------------
     def policy(self) -> str:
@@ -148,7 +140,7 @@ class TurnRunner:
 
     async def reject(self, staged: StagedMessage, inbound: InboundMessage) -> None:
         """Drop a message refused by the ``reject`` policy (``message.dropped`` reason ``busy``)."""
-        await self._drop(staged, inbound, BUSY_REASON, "a turn was running and the session's policy is reject")
+        await self.drop(staged, inbound, BUSY_REASON, "a turn was running and the session's policy is reject")
 
     def begin_item(self) -> None:
         """The actor starts a new item: a stop requested while idle does not carry over."""
@@ -273,161 +265,37 @@ class TurnRunner:
 
     # -- one message ----------------------------------------------------------------------
     async def handle(self, staged: StagedMessage, inbound: InboundMessage) -> None:
-        """Serve one staged message. A failure is retried with backoff (``TurnRetryPolicy``); a
-        message that keeps failing is dead-lettered on ``<prefix>.dlq.turn`` and dropped
-        (``message.dropped`` reason ``failed``), so the session goes on with its next message.
-        A process that no longer owns the session stops instead: the message stays staged for
-        the owner and ``OwnershipLost`` is raised (the actor then serves nothing later of the
-        session until its staged messages are replayed in order). Otherwise raises only when even
-        the dead letter cannot be published."""
+        """Serve one staged message, retried and at last dead-lettered by ``MessageRetries``."""
         log_context(session_id=self.session_id, inbound_id=inbound.id)
-        try:
-            async for attempt in self._retry.retrying(self._before_retry):
-                with attempt:
-                    await self._handle_once(staged, inbound)
-        except OwnershipLost as exc:
-            log.warning("session %s: %s; %s stays staged for it", self.session_id, exc, staged.message_id)
-            raise
-        except Exception as exc:
-            self.unload()
-            if not await self._owned():
-                log.warning("session %s: another process owns it now; %s stays staged for it",
-                            self.session_id, staged.message_id)
-                raise OwnershipLost("another process owns the session now") from exc
-            await self._give_up(staged, inbound, exc)
-
-    async def _owned(self) -> bool:
-        return True if self._still_owner is None else await self._still_owner()
-
-    async def _before_retry(self, state: RetryCallState) -> None:
-        exc = state.outcome.exception() if state.outcome is not None else None
-        log.warning("session %s: serving %s failed (attempt %d): %r",
-                    self.session_id, getattr(exc, "message", None) or exc, state.attempt_number, exc)
-        self.unload()  # forget what we hold: the next attempt restores from the last checkpoint
-        # A fence refusal or a lost lease means another process serves this session now: never
-        # retry on top of its state, never dead-letter its message.
-        if not await self._owned():
-            raise OwnershipLost("another process owns the session now")
-
-    async def _give_up(self, staged: StagedMessage, inbound: InboundMessage, exc: Exception) -> None:
-        """Dead-letter ``staged`` with its error, then drop it (event + inbox mark)."""
-        code = exc.code if isinstance(exc, TurnstileError) else "internal"
-        message = (exc.message if isinstance(exc, TurnstileError) else repr(exc))[:MAX_ERROR_CHARS]
-        log.error("session %s: %s failed %d times (%s: %s); dead-lettered",
-                  self.session_id, staged.message_id, self._retry.attempts, code, message)
-        subjects = self._pub.subjects
-
-        async def _log_retry(state: RetryCallState) -> None:
-            log.warning("session %s: dead-lettering %s failed (attempt %d)",
-                        self.session_id, staged.message_id, state.attempt_number)
-
-        async for attempt in self._retry.retrying(_log_retry):
-            with attempt:
-                await self._pub.dead_letter(
-                    subjects.inbound(inbound.platform, inbound.session_id), staged.payload, None, code, message,
-                    session_id=self.session_id, dlq_subject=subjects.dlq_turn,
-                    msg_id=f"turn:{staged.platform}:{staged.message_id}",
-                )
-        await self._drop(staged, inbound, FAILED_REASON, f"{code}: {message}")
-
-    async def _handle_once(self, staged: StagedMessage, inbound: InboundMessage) -> None:
-        # SM-22 / MQ-5: a message of an older generation is dropped before its turn.
-        if staged.generation != self.generation:
-            await self._drop(staged, inbound, "stale_generation")
-            return
-        engine = await self.load(inbound)
-        checkpoint = self.checkpointer(inbound.id)
-        ext_id = external_id_of(inbound)
-        answers = None if engine.pending_external_event_id == ext_id else await engine.lookup_external_event(ext_id)
-        if answers is not None and answers.answer is not None:
-            # KS-14: this event was answered already (durably looked up) — a redelivery or a replay.
-            if await self.replies.answer_was_delivered(answers, inbound):
-                await self._drop(staged, inbound, "duplicate", f"event {ext_id!r} was already answered")
-                return
-            # Answered before a crash, maybe not delivered: publish what the outbound stream lacks.
-            sent: list[asyncio.Future[Any]] = []
-            try:
-                await self.replies.deliver_previous(
-                    ReplyTarget.of(inbound), staged.generation, engine, ext_id, sent, answers
-                )
-            except StaleGeneration:  # deleted while this message was being served: SM-22
-                await self._drop(staged, inbound, "stale_generation")
-                return
-            if not sent and answers.answering_inbound_id not in (None, inbound.id):
-                # A replay while its first message is still finishing: the stream holds the whole answer.
-                await self._drop(staged, inbound, "duplicate", f"event {ext_id!r} was already answered")
-                return
-            self._spawn_finisher(staged, inbound, engine, sent, [])
-            return
-        if not (engine.pending_turn and engine.pending_external_event_id == ext_id):
-            if engine.pending_turn:
-                # A turn left pending (crash, provider error, round limit) whose message is done: close it.
-                await engine.interrupt_current_turn(checkpoint=self.checkpointer(inbound.id, "interrupted"))
-            metadata = {
-                "external_event_id": ext_id,
-                "inbound_id": inbound.id,
-                "principal": principal_of(inbound),
-                # SM-11: entered through another platform than the room's origin (a relayed message).
-                "from_elsewhere": from_elsewhere(inbound, self._book.get_session),
-                "attachments": [a.model_dump(exclude_none=True) for a in inbound.attachments],
-            }
-            try:
-                began = await engine.begin_user_turn(
-                    inbound.text, metadata, checkpoint=self.checkpointer(inbound.id, "message_staged")
-                )
-            except (CheckpointFailed, Unavailable):
-                raise  # not the message's fault: retried (handle)
-            except TurnstileError as exc:
-                await self._drop(staged, inbound, exc.code, exc.message)
-                return
-            if not began:
-                await self._drop(staged, inbound, "not_staged", "empty input, a completed session or a duplicate")
-                return
-        result = await self.run_turn(
-            engine, checkpoint, generation=staged.generation, target=ReplyTarget.of(inbound), answers_inbound=True,
-            started={"inbound_id": inbound.id, "from_elsewhere": from_elsewhere(inbound, self._book.get_session)},
-            ended={"inbound_id": inbound.id},
-        )
-        if result.stale:
-            await self._drop(staged, inbound, "stale_generation")
-            unsettled, _ = self._publishes.take()
-            await self._pub.settle(unsettled)
-            return
-        await self._checkpoints.settle()
-        # The replies and events were pipelined and the bookkeeping writes run behind: the
-        # message is finished (inbox mark) once all of them landed, while the actor goes on.
-        unsettled, behind = self._publishes.take()
-        self._spawn_finisher(staged, inbound, engine, unsettled, behind)
+        await self._retries.serve(staged, inbound, lambda: self.serve_turn(InboundTurn(staged, inbound, self)))
 
     # -- the turn sequence, shared by inbound messages and control-started turns ---------------
-    async def run_turn(
-        self,
-        engine: Session,
-        checkpoint: Checkpointer,
-        *,
-        generation: int,
-        target: ReplyTarget | None,
-        started: dict[str, Any],
-        ended: dict[str, Any],
-        answers_inbound: bool = False,
-        deadline_s: float | None = None,
-        on_started: Callable[[dict[str, Any]], None] | None = None,
-    ) -> TurnResult:
-        """turn.started → run → generation check → deliver to ``target`` → turn.ended.
+    async def serve_turn(self, steps: TurnSteps[R]) -> R | None:
+        """generation check → load → stage → turn.started → run → generation check → deliver →
+        turn.ended → settle → finish, with what differs passed in ``steps`` (``turn_steps.py``).
+        None when the item ended before its turn (dropped, or answered before)."""
+        if not await steps.current():
+            return None
+        engine = await steps.load()
+        plan = await steps.stage(engine)
+        if plan is None:
+            return None
+        result = await self._run_turn(engine, plan)
+        return await steps.finish(engine, result)
 
-        ``answers_inbound``: the turn answers an inbound message (its reply latency is metered,
-        a provider failure gets ``TURNSTILE_PROVIDER_FAILURE_REPLY``, its text is streamed).
-        ``deadline_s`` stops the run (``deadline``) after that long. ``on_started`` is told the
-        turn began (a control caller that does not wait is answered then). A turn whose session
-        was deleted meanwhile ends ``aborted`` without delivery (``stale``; SM-21/SM-22/MQ-5).
-        """
-        stream_to = target.platform if answers_inbound and target is not None else None
-        await self._events.started(engine, self._generation, platform=stream_to, **started)
-        if on_started is not None:
-            on_started({"turn_id": engine.turn_id, "status": engine.status})
+    async def _run_turn(self, engine: Session, plan: TurnPlan) -> TurnResult:
+        """turn.started → run → generation check → deliver to ``plan.target`` → turn.ended. A turn
+        whose session was deleted meanwhile ends ``aborted`` without delivery (``stale``;
+        SM-21/SM-22/MQ-5)."""
+        checkpoint = self.checkpointer(plan.inbound_id)
+        generation, target = plan.generation, plan.target
+        stream_to = target.platform if plan.answers_inbound and target is not None else None
+        await self._events.started(engine, self._generation, platform=stream_to, **plan.started)
+        if plan.on_started is not None:
+            plan.on_started({"turn_id": engine.turn_id, "status": engine.status})
         deadline = None
-        if deadline_s is not None:
-            deadline = asyncio.get_running_loop().call_later(deadline_s, self.request_stop, "deadline")
+        if plan.deadline_s is not None:
+            deadline = asyncio.get_running_loop().call_later(plan.deadline_s, self.request_stop, "deadline")
         try:
             outcome, error = await self.run(engine, checkpoint)
         except CheckpointFailed:
@@ -448,19 +316,45 @@ class TurnRunner:
             except StaleGeneration:
                 stale = True
         if stale:
-            await self._events.ended(engine, self._generation, "aborted", None, **ended)
+            await self._events.ended(engine, self._generation, "aborted", None, **plan.ended)
             return TurnResult("aborted", None, delivered, stale=True)
-        if answers_inbound and outcome == "replied" and self.received_at is not None:
+        if plan.answers_inbound and outcome == "replied" and self.received_at is not None:
             self._metrics.reply_latency.observe(time.monotonic() - self.received_at)
         elif (
-            answers_inbound and target is not None and outcome == "error" and self._failure_reply
+            plan.answers_inbound and target is not None and outcome == "error" and self._failure_reply
             and (error or "").startswith("provider_error")
         ):
             # TURNSTILE_PROVIDER_FAILURE_REPLY: the user hears something; seq -1 is never a journal seq.
             await self.replies.publish_reply(target, generation, str(engine.turn_id), FALLBACK_SEQ,
                                              self._failure_reply, [])
-        await self._events.ended(engine, self._generation, outcome, error, **ended)
+        await self._events.ended(engine, self._generation, outcome, error, **plan.ended)
         return TurnResult(outcome, error, delivered)
+
+    # -- what an inbound turn's steps use (InboundHost) ------------------------------------------
+    def from_elsewhere(self, inbound: InboundMessage) -> bool:
+        """SM-11: ``inbound`` entered through another platform than its room's origin."""
+        return from_elsewhere(inbound, self._book.get_session)
+
+    async def drop(self, staged: StagedMessage, inbound: InboundMessage, reason: str, detail: str = "") -> None:
+        """Drop ``staged`` without a turn (``message.dropped`` and the inbox mark)."""
+        await self._retries.drop(staged, inbound, reason, detail)
+
+    async def settle_dropped(self) -> None:
+        """Wait until the item's pipelined publishes (its ``message.dropped``) are stored."""
+        unsettled, _ = self._publishes.take()
+        await self._pub.settle(unsettled)
+
+    async def finish_turn(self, staged: StagedMessage, inbound: InboundMessage, engine: Session) -> None:
+        """Settle the checkpoints; the finisher marks the message once its publishes and writes landed."""
+        await self._checkpoints.settle()
+        unsettled, behind = self._publishes.take()
+        self._spawn_finisher(staged, inbound, engine, unsettled, behind)
+
+    def finish_answered(
+        self, staged: StagedMessage, inbound: InboundMessage, engine: Session, sent: list[asyncio.Future[Any]]
+    ) -> None:
+        """Finish a message answered before (its missing replies were published again: ``sent``)."""
+        self._spawn_finisher(staged, inbound, engine, sent, [])
 
     def _spawn_finisher(
         self,
@@ -483,7 +377,10 @@ class TurnRunner:
 
     def can_unload(self) -> bool:
         """True when nothing of a finished item is still landing and no turn is pending (may be evicted)."""
-        return not self._finisher.busy and (self._engine is None or not self._engine.pending_turn)
+        # A reply not confirmed stored is sent again before the session's next one (reply order): keep it.
+        return not self._finisher.busy and self.replies.all_stored and (
+            self._engine is None or not self._engine.pending_turn
+        )
 
     async def wait_finished(self) -> None:
         """Wait until every finished turn's publishes and writes have landed (tests, shutdown)."""
@@ -529,10 +426,3 @@ class TurnRunner:
         else:
             await engine.interrupt_current_turn(checkpoint=checkpoint)
         return "aborted", None
-
-    async def _drop(self, staged: StagedMessage, inbound: InboundMessage, reason: str, detail: str = "") -> None:
-        data: dict[str, Any] = {"inbound_id": inbound.id, "reason": reason, "generation": staged.generation}
-        if detail:
-            data["detail"] = detail
-        self._publishes.unsettled.append(await self._pub.emit(self.session_id, "message.dropped", data))
-        self._inbox.mark(staged, DROPPED)

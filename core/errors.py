@@ -75,3 +75,9 @@ class Cancelled(TurnstileError):
     """Raised inside a turn when its operation id was cancelled."""
 
     code = "cancelled"
+
+
+class OwnershipLost(TurnstileError):
+    """Raised when another process owns the session now (its partition moved): the work stops here, nothing is written."""
+
+    code = "unavailable"

@@ -9,6 +9,7 @@ named ``turnstile``.
 
 from __future__ import annotations
 
+import operator
 from collections import OrderedDict
 from typing import Any
 
@@ -36,13 +37,14 @@ class TranscriptMemo:
     """Per-item projections, rendered blocks and JSON encodings of one transcript list,
     reused while it only grows (the checkpoint encoder splices the encodings)."""
 
-    __slots__ = ("blocks", "item_json", "items", "messages", "messages_json", "source")
+    __slots__ = ("block_starts", "blocks", "item_json", "items", "messages", "messages_json", "source")
 
     def __init__(self, source: list[TranscriptItem]) -> None:
         self.source = source
         self.items: list[TranscriptItem] = []
         self.messages: list[list[dict[str, Any]]] = []
-        self.blocks: list[list[str]] = []
+        self.blocks: list[str] = []  # rendered blocks of all items, flat (the chatend text joins them)
+        self.block_starts: list[int] = []  # where each item's blocks start in ``blocks``
         self.item_json: list[bytes] = []  # orjson of each item
         self.messages_json: list[bytes] = []  # its projected messages, comma-joined (b"" for none)
 
@@ -50,15 +52,21 @@ class TranscriptMemo:
         # Transcript items are never edited in place, so item identity marks the reusable prefix.
         items = self.items
         limit = min(len(items), len(transcript))
-        same = 0
-        while same < limit and items[same] is transcript[same]:
-            same += 1
-        del items[same:], self.messages[same:], self.blocks[same:], self.item_json[same:], self.messages_json[same:]
+        if all(map(operator.is_, items, transcript)):  # the usual case (only appended), checked at C speed
+            same = limit
+        else:
+            same = 0
+            while same < limit and items[same] is transcript[same]:
+                same += 1
+        if same < len(self.block_starts):
+            del self.blocks[self.block_starts[same]:]
+        del items[same:], self.messages[same:], self.block_starts[same:], self.item_json[same:], self.messages_json[same:]
         for item in transcript[same:]:
             projected = _project_item(item)
             items.append(item)
             self.messages.append(projected)
-            self.blocks.append([_render_block(m) for m in projected])
+            self.block_starts.append(len(self.blocks))
+            self.blocks.extend(_render_block(m) for m in projected)
             self.item_json.append(orjson.dumps(item))
             self.messages_json.append(b",".join(orjson.dumps(m) for m in projected))
 
@@ -103,7 +111,7 @@ def transcript_chatend_text(system_prompt: str, transcript: list[TranscriptItem]
 
 def memo_chatend_text(system_prompt: str, memo: TranscriptMemo) -> str:
     """The chatend text of a synced memo."""
-    blocks = [b for group in memo.blocks for b in group]
+    blocks = memo.blocks
     return f"[system]\n{system_prompt}\n\n" + ("\n\n".join(blocks) + "\n" if blocks else "")
 
 

@@ -12,6 +12,7 @@ from typing import Any, Final, Literal, TypeVar
 
 import orjson
 from pydantic import Field
+from pydantic_core import to_jsonable_python
 
 from core.engine.chatend import memo_chatend_text, memo_for, project_messages, transcript_chatend_text
 from core.engine.state import EventRecord, SessionState, TranscriptItem
@@ -103,6 +104,16 @@ def _tail_since(entries: list[SeqT], since_version: int) -> list[SeqT]:
     return entries[start:]
 
 
+# The last fields of ``SessionState`` (in its order, so the bytes stay those of a checkpoint
+# written before; ``test_snapshot`` checks the order): side collections the reducer keeps as
+# plain JSON-ready dicts and strings, like the transcript items, and the usage total. orjson
+# encodes them in a fraction of what pydantic's typed serializer takes to walk their TypedDict
+# schemas, and they are most of the state outside the transcript. A model among them goes
+# through ``to_jsonable_python`` (what ``model_dump(mode="json")`` gives).
+ORJSON_TAIL_FIELDS: Final = ("boxes", "events", "objects", "external_responses", "recent_inbound_ids", "usage_total")
+NOT_IN_REST: Final[set[str]] = {"transcript", *ORJSON_TAIL_FIELDS}
+
+
 def encode_snapshot(state: SessionState, system_prompt: str, since_version: int = 0) -> EncodedSnapshot:
     """The ``build_snapshot`` value as JSON bytes, spliced from memoised per-item encodings.
 
@@ -110,17 +121,19 @@ def encode_snapshot(state: SessionState, system_prompt: str, since_version: int 
     and the chatend text; encoding them again at every durable step would make each step
     cost O(conversation). Transcript items are never edited in place, so their JSON (and
     their projected messages' JSON) is encoded once; only the small rest of the state is
-    serialised per snapshot. ``test_snapshot`` proves the bytes parse to ``build_snapshot``.
+    serialised per snapshot (its JSON-ready tail by orjson, ``ORJSON_TAIL_FIELDS``).
+    ``test_snapshot`` proves the bytes parse to ``build_snapshot``.
     """
     memo = memo_for(state.transcript)
-    rest = state.model_dump_json(exclude={"transcript"}).encode()
+    rest = state.model_dump_json(exclude=NOT_IN_REST).encode()
     raw = b"".join((
         rest[:-1],
+        b",", orjson.dumps({name: getattr(state, name) for name in ORJSON_TAIL_FIELDS}, default=to_jsonable_python)[1:-1],
         b',"transcript":[', b",".join(memo.item_json),
         b'],"format_version":', str(FORMAT_VERSION).encode(),
         b',"state_version":', str(state.next_seq).encode(),
         b',"status":"', status_of(state).encode(),
-        b'","projection":[', b",".join(j for j in memo.messages_json if j),
+        b'","projection":[', b",".join(filter(None, memo.messages_json)),
         b'],"chatend_text":', orjson.dumps(memo_chatend_text(system_prompt, memo)),
         b"}",
     ))

@@ -12,12 +12,14 @@ platform name), so the embedded default works without set-up.
 Chat scope: ``AdapterInstance.chat_scopes`` maps a chat type name to its
 declared scope (``True`` = multi-party, ``False`` = one-to-one). A declaration
 wins over what a single message says; a message's ``declared_one_to_one`` flag
-is remembered for its platform and chat type when no instance declares one.
+is remembered for its platform and chat type when no instance declares one
+(persisted and shared with the other processes through ``on_learned``, see
+consumers/shared_state.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from core.errors import InvalidInput
@@ -55,6 +57,8 @@ class PlatformRegistry:
     def __init__(self, instances: Iterable[AdapterInstance] = ()) -> None:
         self._instances: dict[str, AdapterInstance] = {}
         self._learned_one_to_one: set[tuple[str, str]] = set()
+        # Told (platform, chat type) when a message first declares that chat type one-to-one here.
+        self.on_learned: Callable[[str, str], None] | None = None
         for instance in instances:
             self.register(instance)
 
@@ -102,8 +106,19 @@ class PlatformRegistry:
 
     def note_message_declaration(self, platform: str, chat: ChatScope) -> None:
         """Remember a message's explicit one-to-one declaration for its platform and chat type."""
-        if chat.declared_one_to_one:
-            self._learned_one_to_one.add((platform, chat.type))
+        key = (platform, chat.type)
+        if chat.declared_one_to_one and key not in self._learned_one_to_one:
+            self._learned_one_to_one.add(key)
+            if self.on_learned is not None:
+                self.on_learned(platform, chat.type)
+
+    def learn_one_to_one(self, declarations: Iterable[tuple[str, str]]) -> None:
+        """Install (platform, chat type) pairs declared one-to-one elsewhere (another process, an earlier run)."""
+        self._learned_one_to_one.update(declarations)
+
+    def learned_one_to_one(self) -> set[tuple[str, str]]:
+        """The (platform, chat type) pairs messages declared one-to-one."""
+        return set(self._learned_one_to_one)
 
     def resolve_multi_party(self, platform: str, chat: ChatScope) -> bool:
         """The multi-party flag to record for ``chat``: declaration, else the message's own flags."""

@@ -40,9 +40,11 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
 
+from core.errors import OwnershipLost
 from core.inbox import DONE, DROPPED, STAGED, StagedMessage
 from core.store.committer import GroupCommitter
 from core.store.db import metadata
+from core.store.partition_epochs import WriteFence, claims_of, epochs_hold
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +82,8 @@ class SqlInbox:
         self._closing = False
         self._flush_lock = asyncio.Lock()
         self._pruner: asyncio.Task[None] | None = None
+        # Partitioned: staging carries the partition epochs held (core/store/partition_epochs.py).
+        self.fence: WriteFence | None = None
 
     def start(self, retention_s: float | None = None) -> None:
         """Start writing marks in the background; with ``retention_s``, also prune finished rows
@@ -90,16 +94,23 @@ class SqlInbox:
             self._pruner = asyncio.create_task(self._prune_loop(retention_s), name="inbox-prune")
 
     async def stage(self, messages: Sequence[StagedMessage]) -> list[bool]:
-        """Stage a batch in one transaction; True for each message that was not staged before."""
+        """Stage a batch in one transaction; True for each message that was not staged before.
+        Raises ``OwnershipLost`` (nothing staged) when a fenced partition's epoch is not ours."""
         if not messages:
             return []
         now = time.time()
         fresh: dict[tuple[str, str], StagedMessage] = {}
+        claims = claims_of(self.fence, {m.session_id for m in messages})
+        refused: list[bool] = []
 
         def op(conn: Connection) -> None:
             # One statement: insert what is new, skip what is staged already (a redelivery or a
             # replay), and return the keys that were inserted.
             fresh.clear()
+            refused.clear()
+            if not epochs_hold(conn, claims):
+                refused.append(True)  # an answer, not an error: the group transaction goes on
+                return
             first: dict[tuple[str, str], StagedMessage] = {}
             for m in messages:  # the first occurrence of each key, in arrival order
                 first.setdefault(m.key, m)
@@ -125,6 +136,8 @@ class SqlInbox:
                     fresh[m.key] = m
 
         await self._write(op)
+        if refused:
+            raise OwnershipLost(f"{len(messages)} messages not staged: their partition has a newer owner")
         seen: set[tuple[str, str]] = set()
         result = []
         for m in messages:

@@ -18,14 +18,15 @@ from collections.abc import Sequence
 from typing import Any
 
 import orjson
-from sqlalchemy import Select, and_, delete, exists, func, insert, or_, select, tuple_
+from sqlalchemy import Connection, Select, and_, delete, exists, func, insert, or_, select, tuple_
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core.engine.journal import EntryKind, JournalEntry
-from core.errors import Conflict, Unavailable
+from core.errors import Conflict, OwnershipLost, Unavailable
 from core.store.committer import GroupCommitter
 from core.store.journal_tables import journal_entries
+from core.store.partition_epochs import WriteFence, claims_of, epochs_hold
 from core.store.session_tables import generations_table, sessions_table
 
 
@@ -37,6 +38,8 @@ class SqlHistoryJournal:
         self._own_committer = committer is None
         self._committer = committer if committer is not None else GroupCommitter(db_engine)
         self.appends = 0
+        # Partitioned: appends carry the partition epoch held (core/store/partition_epochs.py).
+        self.fence: WriteFence | None = None
 
     @property
     def transactions(self) -> int:
@@ -44,7 +47,8 @@ class SqlHistoryJournal:
         return self._committer.transactions
 
     async def append(self, session_id: str, entries: list[JournalEntry], *, generation: int = 0) -> None:
-        """Durably append to ``generation``'s history (group-committed); Conflict when a seq is taken."""
+        """Durably append to ``generation``'s history (group-committed); Conflict when a seq is taken,
+        ``OwnershipLost`` (nothing written) when the session's partition has a newer owner."""
         if not entries:
             return
         rows = [
@@ -54,13 +58,23 @@ class SqlHistoryJournal:
             }
             for e in entries
         ]
+        claims = claims_of(self.fence, [session_id])
+
+        def op(conn: Connection) -> bool:
+            if not epochs_hold(conn, claims):
+                return False  # an answer, not an error: the group transaction goes on
+            conn.execute(insert(journal_entries), rows)
+            return True
+
         try:
-            await self._committer.run(lambda conn: conn.execute(insert(journal_entries), rows))
+            written = await self._committer.run(op)
         except Exception as exc:
             error = _translate(session_id, entries, exc)
             if error is exc:
                 raise
             raise error from exc
+        if not written:
+            raise OwnershipLost(f"journal of {session_id!r} not written: its partition has a newer owner")
         self.appends += 1
 
     async def load(self, session_id: str, *, generation: int = 0) -> list[JournalEntry]:

@@ -162,14 +162,7 @@ async def test_on_a_cluster_a_killed_workers_sessions_move_with_nothing_lost_or_
     assert set(owners.values()) == {pid(b)}
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="known defect (open): a reply published just before the stream leader's node dies can lose its "
-    "ack; the message's finisher republishes it (consumers/message_finisher.py) after the session's later "
-    "replies were already stored, so the stored order can break; nothing is lost or answered twice. "
-    "(The ownership-doubt order defect first diagnosed here is fixed: tests/unit/engine/"
-    "test_actor_ownership_fence.py.) Passed 16 of 17 runs on a loaded 2-core machine.",
-)
+@pytest.mark.rule("MQ-8")
 @pytest.mark.timeout(240)
 async def test_on_a_cluster_killing_a_nats_node_mid_stream_loses_nothing(
     cnc: Client, nats_cluster: NatsCluster, cluster_settings: Settings, workers: list[ServiceProcess]

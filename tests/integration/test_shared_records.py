@@ -3,16 +3,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from consumers.shared_state import SharedState
+from core.sessions.directory import AddedWorkspace
 from core.sessions.fields import SessionCreation
+from core.sessions.incoming_message import ChatScope, IncomingMessage
 from core.sessions.manager import SessionManager
+from core.sessions.places import default_workspace_place
 from core.sessions.platforms import AdapterInstance
 from core.sessions.records import JsonObject
 from core.store.change_feed import NotifyingSessionRepository
@@ -67,6 +72,7 @@ async def two(postgres_url: str) -> AsyncIterator[tuple[Process, Process]]:
 
 
 CLI = SessionCreation(created_from="cli")
+DEFAULT = default_workspace_place(0.0)
 
 
 @pytest.mark.postgres
@@ -165,3 +171,72 @@ async def test_on_sqlite_a_registration_outlives_the_process(sqlite_url: str) ->
         assert restarted.manager.registry.instances() == [instance]
     finally:
         await restarted.close()
+
+
+@pytest.mark.postgres
+@pytest.mark.rule("SM-26")
+async def test_a_chat_type_a_message_declared_one_to_one_is_known_to_every_process(
+    two: tuple[Process, Process], postgres_url: str
+) -> None:
+    # SM-26 asks whether the window type is declared one-to-one: a message judged in A must count in B.
+    a, b = two
+    sid = f"tg:{uuid.uuid4().hex[:8]}"
+    dm = ChatScope(type="private", target_id="42", multi_party=False, declared_one_to_one=True)
+    assert not b.manager.registry.is_declared_one_to_one("telegram", "private")
+    await a.manager.record_inbound(IncomingMessage(id="m1", session_id=sid, platform="telegram", chat=dm))
+    assert a.manager.registry.is_declared_one_to_one("telegram", "private")
+    await wait_for(lambda: b.manager.registry.is_declared_one_to_one("telegram", "private"),
+                   what="the declaration in the other process")
+    assert not b.manager.registry.is_declared_one_to_one("telegram", "group")
+    await a.shared.flush()  # what is being written is written (a process that stops finishes it)
+    late = await open_process(postgres_url)  # a process started afterwards loads it
+    try:
+        assert late.manager.registry.is_declared_one_to_one("telegram", "private")
+    finally:
+        await late.close()
+
+
+async def test_on_sqlite_a_declared_one_to_one_chat_type_outlives_the_process(sqlite_url: str) -> None:
+    engine = create_db_engine(sqlite_url)
+    await migrate(engine)
+    await engine.dispose()
+    first = await open_process(sqlite_url)
+    dm = ChatScope(type="im", target_id="7", multi_party=False, declared_one_to_one=True)
+    try:
+        await first.manager.record_inbound(IncomingMessage(id="m1", session_id="slack:im:7", platform="slack", chat=dm))
+    finally:
+        await first.close()
+    restarted = await open_process(sqlite_url)
+    try:
+        assert restarted.manager.registry.is_declared_one_to_one("slack", "im")
+    finally:
+        await restarted.close()
+
+
+@pytest.mark.postgres
+async def test_place_and_workspace_writes_from_two_processes_at_once_lose_nothing(
+    two: tuple[Process, Process], tmp_path: Path
+) -> None:
+    # What place.update / workspace.add run in (consumers/session_operations.py): one process at a time,
+    # on every place and workspace read through, so neither merges onto a copy the other just changed.
+    a, b = two
+
+    async def update(p: Process, metadata: JsonObject) -> None:
+        async with p.shared.directory_writes():
+            await p.manager.update_place("workspace:default", metadata)
+
+    async def add(p: Process, root: str) -> AddedWorkspace:
+        async with p.shared.directory_writes():
+            return await p.manager.add_workspace(root)
+
+    for n in range(3):
+        await asyncio.gather(update(a, {f"a{n}": n}), update(b, {f"b{n}": n}))
+    wanted = {f"{who}{n}": n for who in "ab" for n in range(3)}
+    for p in (a, b):
+        await wait_for(lambda p=p: (p.manager.get_place("workspace:default") or DEFAULT).metadata == wanted,
+                       what="every key of both processes' updates")
+
+    root = str(tmp_path)
+    first, second = await asyncio.gather(add(a, root), add(b, root))
+    assert first.workspace.id == second.workspace.id  # one workspace per root, and no unique-key error
+    assert sorted([first.existed, second.existed]) == [False, True]

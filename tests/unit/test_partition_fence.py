@@ -59,7 +59,7 @@ def _staged(session_id: str | None, message_id: str) -> StagedMessage:
 async def test_a_session_in_doubt_gets_its_staged_messages_in_order_only_once_its_partition_is_ours_again() -> None:
     inbox = Inbox([_staged("s", "m1"), _staged("other", "x1"), _staged("s", "m2"), _staged(None, "n1")])
     parts = PartitionedInbound(
-        Settings(partitions=4), Subjects("t"), connection=None, js=None, inbox=inbox, actors=None,  # type: ignore[arg-type]
+        Settings(partitions=4), Subjects("t"), connection=None, js=None, inbox=inbox, actors=None, db=None,  # type: ignore[arg-type]
         manager=None, metrics=None, make_loop=None,  # type: ignore[arg-type]
     )
     lease = Lease()
@@ -100,7 +100,7 @@ async def test_a_lost_partitions_sessions_created_here_are_no_longer_taken_as_em
         forgotten.extend(sorted(sid for sid in created if moved(sid)))
 
     parts = PartitionedInbound(
-        settings, Subjects("t"), connection=None, js=None, inbox=None, actors=actors,  # type: ignore[arg-type]
+        settings, Subjects("t"), connection=None, js=None, inbox=None, actors=actors, db=None,  # type: ignore[arg-type]
         manager=None, metrics=None, make_loop=None, forget_created=forget_created,  # type: ignore[arg-type]
     )
     lost = parts.partition_of("s")

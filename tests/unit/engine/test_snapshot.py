@@ -163,3 +163,13 @@ async def test_encoded_snapshots_equal_a_full_build_through_growth_compaction_an
         assert wire == built
         assert all(seq >= versions[-1] for seq in new_seqs) and all(seq < wire["state_version"] for seq in new_seqs)
         versions.append(wire["state_version"])
+
+
+def test_the_fields_encoded_by_orjson_are_the_tail_of_the_state_so_checkpoint_bytes_keep_their_key_order() -> None:
+    # encode_snapshot splices ORJSON_TAIL_FIELDS after pydantic's encoding of the rest: that is
+    # the order a checkpoint always had only while they are the state's last fields.
+    from core.engine.snapshot import ORJSON_TAIL_FIELDS
+    from core.engine.state import SessionState
+
+    fields = [name for name in SessionState.model_fields if name != "transcript"]
+    assert tuple(fields[-len(ORJSON_TAIL_FIELDS):]) == ORJSON_TAIL_FIELDS

@@ -1,0 +1,161 @@
+"""``python -m bench.memory``: resident memory of a bare service and after N sessions were touched.
+
+One nats-server, one service process (bench/memory_service.py: the unmodified ``turnstile run``
+with memory probes), SQLite by default (``--store postgres`` for a fresh PostgreSQL database).
+Steps: RSS once the service is ready (no sessions), then ``--sessions`` sessions × 1 plain message
+published at once and drained, RSS after the last reply; then an in-process dump (live objects by
+type after ``gc.collect()``; with ``--trace N`` also tracemalloc's top sites, by module and by
+traceback — tracing slows the process, so read its RSS figures as traced).
+
+The load phase of ``make bench`` measures the same figure (``rss_bytes_after_drain`` of the
+10,000-session turnstile row); this is the quick way to rerun it alone (~1 min at 10,000).
+Writes ``var/bench/memory-<store>-latest.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import signal
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import nats
+import orjson
+
+from bench.common import ROOT, Child, ProcessMeter, wait_until
+from bench.driver import Driver, Meters, message_plan, session_ids
+from bench.pg import fresh_database, pg_url
+from bench.scenarios import plain_text
+from bench.turnstile_load import READY_MARKER, READY_TIMEOUT_S, ServiceConfig, new_prefix
+from consumers.nats_server import NatsServer
+from consumers.settings import Settings
+from consumers.streams import ensure_streams
+from schemas.nats_roles import without_roles
+from schemas.subjects import Subjects
+
+
+def _smaps(pid: int) -> dict[str, int]:
+    """Resident bytes split as the kernel reports them (anonymous = the heap; the rest is mapped files)."""
+    out: dict[str, int] = {}
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:]:
+            key, _, rest = line.partition(":")
+            if key in ("Rss", "Anonymous", "Pss_File", "Pss_Anon"):
+                out[key.lower() + "_bytes"] = int(rest.split()[0]) * 1024
+    except OSError:
+        pass
+    return out
+
+
+def _read_json(path: Path) -> Any:
+    return orjson.loads(path.read_bytes())
+
+
+async def measure(sessions: int, work: Path, store: str, trace_frames: int, env: dict[str, str]) -> dict[str, Any]:
+    if store == "postgres":
+        async with fresh_database("mem") as name:
+            db = {"TURNSTILE_DATABASE_URL": pg_url(name, "postgresql+asyncpg")}
+            return await _measure(sessions, work, {**db, **env}, trace_frames)
+    return await _measure(sessions, work, env, trace_frames)
+
+
+async def _measure(sessions: int, work: Path, env: dict[str, str], trace_frames: int) -> dict[str, Any]:
+    conf = work / "nats-open.conf"
+    conf.write_text(without_roles((ROOT / "nats.conf").read_text()))
+    server = NatsServer(store_dir=work / "nats", config=conf)
+    await server.start()
+    assert server.process is not None
+    server_meter = ProcessMeter(server.process.pid)
+    nc = await nats.connect(server.url)
+    prefix = new_prefix("mem")
+    subjects = Subjects(prefix)
+    await ensure_streams(nc.jetstream(), Settings(nats_url=server.url, prefix=prefix), subjects)
+    dump = work / "memory"
+    config = ServiceConfig(server.url, prefix, work / f"{prefix}.db", env)
+    # Tracing stalls the event loop; a longer lease keeps the service from fencing itself meanwhile.
+    lease = {"TURNSTILE_LEASE_TTL_S": "600"} if trace_frames else {}
+    lease["TURNSTILE_HTTP_PORT"] = "0"  # other services may run on this machine
+    child_env = {**config.env(), **lease, "BENCH_MEMORY_OUT": str(dump), "BENCH_TRACEMALLOC_FRAMES": str(trace_frames)}
+    child = Child(["-m", "bench.memory_service"], child_env, work / "service.log")
+    driver = Driver(nc, subjects, Meters(server_meter, server_meter))
+    out: dict[str, Any] = {"sessions": sessions, "env": env, "traced_frames": trace_frames}
+    try:
+        await child.wait_ready(READY_MARKER, READY_TIMEOUT_S * (6 if trace_frames else 1))  # tracing slows start-up
+        out["bare"] = {"rss_bytes": child.meter.rss_bytes(), **_smaps(child.pid)}
+        await driver.attach()
+        sids = session_ids(uuid.uuid4().hex[:8], sessions)
+        t0 = time.perf_counter()
+        await driver.preload(message_plan(sids, sessions, plain_text))
+        driver.open_window()
+        if not await wait_until(driver.timer.done, 120 + sessions * 0.05, 0.05):
+            raise RuntimeError(f"only {len(driver.timer.got)}/{sessions} replies\n{child.log_text()[-2000:]}")
+        out["drain_s"] = round(time.perf_counter() - t0, 2)
+        out["touched"] = {"rss_bytes": child.meter.rss_bytes(), **_smaps(child.pid)}
+        child.proc.send_signal(signal.SIGUSR1)
+        if not await wait_until(lambda: Path(str(dump) + ".done").exists(), 300, 0.1):
+            raise RuntimeError("the service wrote no memory dump")
+        out["after_gc"] = {"rss_bytes": child.meter.rss_bytes(), **_smaps(child.pid)}
+        out["dump"] = _read_json(Path(str(dump) + ".json"))
+    finally:
+        await child.stop()
+        await driver.detach()
+        await nc.close()
+        await server.stop()
+    return out
+
+
+def _mb(n: int | None) -> str:
+    return f"{n / 1e6:7.1f}" if n else "      -"
+
+
+def print_report(r: dict[str, Any]) -> None:
+    print(f"sessions touched: {r['sessions']:,} (drained in {r.get('drain_s')} s); env {r['env']}")
+    for key in ("bare", "touched", "after_gc"):
+        m = r.get(key) or {}
+        print(f"  {key:9} RSS {_mb(m.get('rss_bytes'))} MB  anonymous {_mb(m.get('anonymous_bytes'))} MB")
+    bare, touched = (r.get("bare") or {}).get("rss_bytes"), (r.get("touched") or {}).get("rss_bytes")
+    if bare and touched:
+        print(f"  per touched session: {(touched - bare) / r['sessions']:,.0f} B")
+    d = r.get("dump") or {}
+    if d.get("rss_before_trim_bytes"):
+        print(f"  in-process after gc: RSS {_mb(d['rss_before_trim_bytes'])} MB → after malloc_trim(0) {_mb(d['rss_after_trim_bytes'])} MB")
+    for name, value in (d.get("pymalloc") or {}).items():
+        print(f"  pymalloc {name}: {value / 1e6 if 'bytes' in name else value:,.1f}{' MB' if 'bytes' in name else ''}")
+    print(f"  live gc objects: {d.get('gc_objects', 0):,}")
+    for name, count, size in d.get("by_type", [])[:20]:
+        print(f"    {size / 1e6:8.2f} MB {count:>9,}  {name}")
+    if "traced_bytes" in d:
+        print(f"  traced (tracemalloc): {d['traced_bytes'] / 1e6:.1f} MB; by module:")
+        for name, size in d["by_module"][:20]:
+            print(f"    {size / 1e6:8.2f} MB  {name}")
+        print("  by line:")
+        for where, size, count in d["by_line"][:25]:
+            print(f"    {size / 1e6:8.2f} MB {count:>9,}  {where}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sessions", type=int, default=10_000)
+    ap.add_argument("--store", choices=("sqlite", "postgres"), default="sqlite")
+    ap.add_argument("--trace", type=int, default=0, metavar="FRAMES", help="tracemalloc frames (0: off)")
+    ap.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="extra service environment")
+    args = ap.parse_args()
+    env = dict(e.split("=", 1) for e in args.env)
+    work = Path(tempfile.mkdtemp(prefix="bench-memory-"))
+    try:
+        result = asyncio.run(measure(args.sessions, work, args.store, args.trace, env))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print_report(result)
+    out = ROOT / "var" / "bench" / f"memory-{args.store}-latest.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,133 @@
+"""``python -m bench.memory_service``: ``turnstile run`` with in-process memory probes (bench/memory.py).
+
+The service is the unmodified ``consumers.cli run``; this wrapper only adds:
+
+- ``$BENCH_TRACEMALLOC_FRAMES`` > 0: ``tracemalloc`` started before the service is imported
+  (so start-up allocations are traced too; it slows the process, so RSS is not read in that mode);
+- SIGUSR1: after a full ``gc.collect()``, writes ``$BENCH_MEMORY_OUT.json`` — live objects by type
+  (count, shallow bytes), RSS before and after glibc's ``malloc_trim(0)`` and, when tracing, the top allocation sites by line, by module and by
+  traceback — then ``$BENCH_MEMORY_OUT.done``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import gc
+import os
+import signal
+import sys
+import tracemalloc
+from collections import Counter
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import orjson
+
+TOP = 40
+
+
+def _objects_by_type() -> list[tuple[str, int, int]]:
+    counts: Counter[str] = Counter()
+    sizes: Counter[str] = Counter()
+    for obj in gc.get_objects():
+        t = type(obj)
+        name = f"{t.__module__}.{t.__qualname__}"
+        counts[name] += 1
+        sizes[name] += sys.getsizeof(obj)
+    return [(name, counts[name], sizes[name]) for name, _ in sizes.most_common(TOP)]
+
+
+def _module_of(filename: str) -> str:
+    for marker in ("/site-packages/", "/lib/python3"):
+        if marker in filename:
+            rest = filename.split(marker, 1)[1]
+            return rest.split("/", 2)[0] if marker == "/site-packages/" else "stdlib:" + rest.split("/", 2)[1]
+    root = str(Path(__file__).resolve().parent.parent) + "/"
+    rel = filename.replace(root, "")
+    return "/".join(rel.split("/")[:2])
+
+
+def _traced() -> dict[str, Any]:
+    snap = tracemalloc.take_snapshot().filter_traces(
+        (tracemalloc.Filter(False, tracemalloc.__file__), tracemalloc.Filter(False, "<frozen importlib._bootstrap>"))
+    )
+    by_module: Counter[str] = Counter()
+    for stat in snap.statistics("filename"):
+        by_module[_module_of(stat.traceback[0].filename)] += stat.size
+    lines = [(str(s.traceback[0]), s.size, s.count) for s in snap.statistics("lineno")[:TOP]]
+    tracebacks = [
+        (s.size, s.count, [str(f) for f in s.traceback.format()]) for s in snap.statistics("traceback")[:TOP]
+    ]
+    total = sum(s.size for s in snap.statistics("filename"))
+    return {"traced_bytes": total, "by_module": by_module.most_common(TOP), "by_line": lines, "by_traceback": tracebacks}
+
+
+def _pymalloc_stats() -> dict[str, int]:
+    """The totals of ``sys._debugmallocstats()`` (CPython's small-object allocator: arenas, used and free blocks)."""
+    import io
+    import re
+
+    err = io.StringIO()
+    fd = os.dup(2)
+    with open(os.devnull, "w"):
+        r, w = os.pipe()
+        os.dup2(w, 2)
+        try:
+            sys._debugmallocstats()
+        finally:
+            os.dup2(fd, 2)
+            os.close(w)
+            os.close(fd)
+        with os.fdopen(r) as pipe:
+            err.write(pipe.read())
+    out: dict[str, int] = {}
+    for line in err.getvalue().splitlines():
+        m = re.match(r"^# (arenas allocated current|bytes in allocated blocks|bytes in available blocks"
+                     r"|bytes lost to pool headers|bytes lost to quantization|bytes lost to arena alignment"
+                     r"|bytes in \d+ unused pools)\s*=\s*([\d,]+)", line)
+        if m:
+            out[re.sub(r"\d+ ", "", m.group(1)).replace(" ", "_")] = int(m.group(2).replace(",", ""))
+    return out
+
+
+def _rss_bytes() -> int:
+    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _malloc_trim() -> int | None:
+    """glibc's ``malloc_trim(0)``: give free heap pages back to the system (None: not glibc)."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return int(libc.malloc_trim(0))
+    except (OSError, AttributeError):
+        return None
+
+
+def main() -> None:
+    out = os.environ["BENCH_MEMORY_OUT"]
+    frames = int(os.environ.get("BENCH_TRACEMALLOC_FRAMES", "0"))
+    if frames > 0:
+        tracemalloc.start(frames)
+
+    def dump(_sig: int, _frame: FrameType | None) -> None:
+        gc.collect()
+        data: dict[str, Any] = {"gc_objects": len(gc.get_objects()), "by_type": _objects_by_type()}
+        data["pymalloc"] = _pymalloc_stats()
+        data["rss_before_trim_bytes"] = _rss_bytes()
+        data["malloc_trim"] = _malloc_trim()
+        data["rss_after_trim_bytes"] = _rss_bytes()
+        if frames > 0:
+            data.update(_traced())
+        Path(out + ".json").write_bytes(orjson.dumps(data))
+        Path(out + ".done").write_text("1")
+
+    signal.signal(signal.SIGUSR1, dump)
+    from consumers.cli import main as cli_main
+
+    sys.exit(cli_main(["run"]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""StreamAcks without done-callbacks: each ack resolves its own future once, and futures given up on do not pile up."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import orjson
+import pytest
+from nats.js.errors import APIError
+
+from consumers.publisher import SWEEP_MIN, StreamAcks
+
+
+class FakeMsg:
+    def __init__(self, subject: str, data: bytes) -> None:
+        self.subject = subject
+        self.data = data
+        self.headers: dict[str, str] | None = None
+
+
+class FakeClient:
+    """Records publishes; the test answers them through the reply subscription's callback."""
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []  # reply subjects, in publish order
+        self.cb: Any = None
+
+    def new_inbox(self) -> str:
+        return "_INBOX.test"
+
+    async def subscribe(self, subject: str, cb: Any) -> None:
+        self.cb = cb
+
+    async def publish(self, subject: str, payload: bytes, reply: str = "", headers: Any = None) -> None:
+        self.sent.append(reply)
+
+    async def ack(self, reply: str, body: dict[str, Any]) -> None:
+        await self.cb(FakeMsg(reply, orjson.dumps(body)))
+
+
+async def test_an_ack_resolves_its_publish_and_is_forgotten() -> None:
+    nc = FakeClient()
+    acks = StreamAcks(nc)  # type: ignore[arg-type]
+    first = await acks.send("a", b"1")
+    second = await acks.send("b", b"2")
+    await nc.ack(nc.sent[1], {"stream": "S", "seq": 7})
+    await nc.ack(nc.sent[0], {"stream": "S", "seq": 6})
+    await nc.ack(nc.sent[0], {"stream": "S", "seq": 99})  # a late duplicate is ignored
+    assert (first.result(), second.result()) == (6, 7)
+    assert not acks._waiting
+
+
+async def test_a_refused_pipelined_publish_is_logged_and_its_error_retrieved(caplog: pytest.LogCaptureFixture) -> None:
+    nc = FakeClient()
+    acks = StreamAcks(nc)  # type: ignore[arg-type]
+    refused = await acks.send("a", b"1", log_failure=True)
+    await nc.ack(nc.sent[0], {"error": {"code": 503, "err_code": 10077, "description": "no"}})
+    assert isinstance(refused.exception(), APIError)
+    assert "not acknowledged" in caplog.text
+
+
+async def test_publishes_given_up_on_are_swept_so_the_waiting_table_stays_bounded() -> None:
+    nc = FakeClient()
+    acks = StreamAcks(nc)  # type: ignore[arg-type]
+    for _ in range(SWEEP_MIN * 4):
+        future = await acks.send("a", b"1")
+        future.cancel()  # a settle that timed out: its ack never comes
+    assert len(acks._waiting) <= SWEEP_MIN
+    live = await acks.send("a", b"1")
+    await nc.ack(nc.sent[-1], {"stream": "S", "seq": 1})
+    assert live.result() == 1
+    await asyncio.sleep(0)
