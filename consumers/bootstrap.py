@@ -188,7 +188,7 @@ def bootstrap(
     tz = service_time_zone(s.time_zone)
     broker, js, db = connections.broker, connections.js, connections.db
     publisher = Publisher(broker.connection, js, subjects, dlq_raw_max_bytes=s.dlq_raw_max_bytes)
-    committer = GroupCommitter(db, sqlite_synchronous=s.sqlite_synchronous)
+    committer = GroupCommitter(db, sqlite_synchronous=s.sqlite_synchronous, lazy_wait_s=s.lazy_write_wait_s)
     inbox = SqlInbox(db, committer)
 
     # Every write of the session tree also notifies other processes sharing the database (PostgreSQL).

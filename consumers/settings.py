@@ -113,6 +113,11 @@ class Settings(BaseSettings):
         description="SQLite commits: NORMAL survives a killed process; FULL (an fsync per group commit, "
         "~20-25% fewer msg/s measured) also survives an OS crash or power loss, like nats.conf's sync_interval",
     )
+    lazy_write_wait_s: float = Field(
+        0.05, ge=0,
+        description="the turn-started record change and inbox status marks wait at most this long for a staging or "
+        "journal write to share its transaction instead of committing alone (0: never wait)",
+    )
     gc_threshold: int = Field(
         50_000, ge=0,
         description="allocations between young-generation garbage collections in a served process "

@@ -70,8 +70,13 @@ class SessionRepository(Protocol):
         """Read everything."""
         ...
 
-    async def apply(self, change: StoreChange) -> None:
-        """Write ``change`` in one transaction."""
+    async def apply(self, change: StoreChange, *, lazy: bool = False) -> None:
+        """Write ``change`` in one transaction. ``lazy``: nobody waits for it on a turn's path
+        (turn bookkeeping), so it may wait briefly to share the store's next transaction."""
+        ...
+
+    def hurry(self) -> None:
+        """Write the lazy changes waiting for company now (someone waits for one of them)."""
         ...
 
 

@@ -32,7 +32,9 @@ class TurnLedger:
             self._running[session_id] = self.running(session_id) + 1
             return turn_records.turn_started(record, self._writer.now())
 
-        return await self._write_behind(session_id, change, "turn_started")
+        # Lazy: it shares the turn's next journal transaction instead of committing alone. A crash
+        # before that loses only what the turn's end (or the next turn's) writes again in full.
+        return await self._write_behind(session_id, change, "turn_started", lazy=True)
 
     async def ended(
         self, session_id: str, outcome: str | None, error: str | None, ended_at: float | None,
@@ -64,14 +66,15 @@ class TurnLedger:
         )
 
     async def _write_behind(
-        self, session_id: str, change: Callable[[SessionRecord], SessionRecord], why: str
+        self, session_id: str, change: Callable[[SessionRecord], SessionRecord], why: str, *, lazy: bool = False
     ) -> SessionRecord | None:
         """Change one record under the writer lock, write it outside the lock, then emit.
 
         ``session.updated`` is emitted for every call (SM-15 asks it for usage; the turn
         changes carry ``last_turn``/``status`` to watchers), with the record as it now is.
         """
-        written = await self._writer.change_behind(session_id, change)
+        # The turn's end is not lazy: it adds the turn's tokens (SM-15), which nothing writes again.
+        written = await self._writer.change_behind(session_id, change, lazy=lazy)
         if written is None:
             return None
         try:

@@ -59,7 +59,7 @@ class SessionWriter:
         self._deleting: dict[str, asyncio.Event] = {}
         # Per session: its running write task, and the record (with its waiters' future) queued for it.
         self._behind: dict[str, asyncio.Future[None]] = {}
-        self._queued: dict[str, tuple[SessionRecord, asyncio.Future[None]]] = {}
+        self._queued: dict[str, tuple[SessionRecord, asyncio.Future[None], bool]] = {}
 
     def now(self) -> float:
         """The service clock, epoch seconds."""
@@ -94,7 +94,7 @@ class SessionWriter:
             if record is not None:
                 self._outbox.append((pending.session_id, pending.event_type, event_payload(record, pending.extra)))
 
-    def apply_behind(self, record: SessionRecord) -> asyncio.Future[None]:
+    def apply_behind(self, record: SessionRecord, *, lazy: bool = False) -> asyncio.Future[None]:
         """Install one record now and write it without holding the writer lock across the I/O.
 
         For turn bookkeeping, which changes a single existing record: many sessions' writes
@@ -106,6 +106,10 @@ class SessionWriter:
         write carrying its change landed (or failed). This keeps one task per session instead of
         one per write. Every structural ``apply`` first waits for these tasks, so a deletion can
         never be overtaken by an older update.
+
+        ``lazy`` (turn bookkeeping): the write may wait briefly to share the store's next
+        transaction (``SessionRepository.apply(..., lazy=True)``); a record queued by a caller
+        that is not lazy (a creation awaiting its write) makes the queued write eager.
         """
         if not self._lock.locked():
             raise RuntimeError("SessionWriter.apply_behind outside mutation()")
@@ -113,13 +117,15 @@ class SessionWriter:
         session_id = held.id
         queued = self._queued.get(session_id)
         done = queued[1] if queued is not None else asyncio.get_running_loop().create_future()
-        self._queued[session_id] = (held, done)
+        self._queued[session_id] = (held, done, lazy and (queued is None or queued[2]))
         if session_id not in self._behind:
             self._behind[session_id] = asyncio.ensure_future(self._write_queued(session_id))
+        elif not lazy:
+            self._repository.hurry()  # the session's write in flight may be a lazy one: do not wait behind it
         return done
 
     async def change_behind(
-        self, session_id: str, change: Callable[[SessionRecord], SessionRecord]
+        self, session_id: str, change: Callable[[SessionRecord], SessionRecord], *, lazy: bool = False
     ) -> asyncio.Future[None] | None:
         """Under the writer lock, ``apply_behind`` the changed held record; None when it is not held.
 
@@ -130,16 +136,16 @@ class SessionWriter:
             record = self.table.get(session_id)
             if record is None:
                 return None
-            return self.apply_behind(change(record))
+            return self.apply_behind(change(record), lazy=lazy)
 
     async def _write_queued(self, session_id: str) -> None:
         """The session's write task: write the queued record until no newer one waits."""
         done: asyncio.Future[None] | None = None
         try:
             while (queued := self._queued.pop(session_id, None)) is not None:
-                record, done = queued
+                record, done, lazy = queued
                 try:
-                    await self._repository.apply(StoreChange(sessions=(record,)))
+                    await self._repository.apply(StoreChange(sessions=(record,)), lazy=lazy)
                 except Exception as exc:
                     # The next write of the session carries the full record anyway.
                     log.warning("writing session %s failed: %r", session_id, exc)
@@ -164,6 +170,11 @@ class SessionWriter:
             pending = [t for sid, t in self._behind.items() if session_ids is None or sid in session_ids]
             if not pending:
                 return
+            # Someone waits for these: a lazy write among them need not wait for company.
+            for sid, (record, done, _lazy) in list(self._queued.items()):
+                if session_ids is None or sid in session_ids:
+                    self._queued[sid] = (record, done, False)
+            self._repository.hurry()
             await asyncio.gather(*pending, return_exceptions=True)
 
     def queue(self, session_id: str, event_type: SessionEventType, payload: JsonObject) -> None:

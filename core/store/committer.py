@@ -9,6 +9,15 @@ as with its own transaction. While one transaction commits, the next batch
 gathers, so batches grow with load. If a batch fails, its operations are
 retried one by one, so one bad write cannot fail its neighbours.
 
+Writes nobody waits for on a turn's path (``run(op, lazy=True)``: turn
+bookkeeping of session records, inbox status marks) do not start a transaction
+of their own while the writer is idle: they wait, at most ``lazy_wait_s``, for
+the next write that does (a session's next staging or journal append) and commit
+in its transaction, in queue order, or alone once the wait is over (or at
+``hurry()`` / ``aclose()``). So at one session a plain message commits twice
+instead of four times. Order is kept: every transaction takes the whole queue
+in arrival order, so no write ever commits before a lazy write queued earlier.
+
 On SQLite (``synchronous=NORMAL``, the default) the transaction runs on the
 event loop's own thread, on a dedicated synchronous connection: a group of small inserts and upserts in WAL mode costs
 ~0.1 ms there, while a hand-off to a writer thread cost ~0.5–0.8 ms per
@@ -43,6 +52,8 @@ T = TypeVar("T")
 Operation = Callable[[Connection], Any]
 
 DEFAULT_MAX_BATCH_OPS = 512
+# How long a lazy write waits for a write that is waited for, to share its transaction.
+DEFAULT_LAZY_WAIT_S = 0.05
 WAL_CHECKPOINT_EVERY = 500  # transactions between background WAL checkpoints (SQLite)
 
 
@@ -50,6 +61,10 @@ WAL_CHECKPOINT_EVERY = 500  # transactions between background WAL checkpoints (S
 class _Queued:
     op: Operation
     done: asyncio.Future[Any]
+    lazy: bool = False
+
+
+_HURRY = object()  # queued by ``hurry``: commit the lazy writes now
 
 
 def _run_all(conn: Connection, ops: list[Operation]) -> list[Any]:
@@ -60,16 +75,23 @@ class GroupCommitter:
     """One writer per engine; ``run(op)`` returns op's result once its transaction committed."""
 
     def __init__(
-        self, db_engine: AsyncEngine, max_batch_ops: int = DEFAULT_MAX_BATCH_OPS, *, sqlite_synchronous: str = "NORMAL"
+        self,
+        db_engine: AsyncEngine,
+        max_batch_ops: int = DEFAULT_MAX_BATCH_OPS,
+        *,
+        sqlite_synchronous: str = "NORMAL",
+        lazy_wait_s: float = DEFAULT_LAZY_WAIT_S,
     ) -> None:
         self._db_engine = db_engine
+        self._lazy_wait_s = lazy_wait_s
         # With synchronous=FULL every commit fsyncs: those run in the thread, never on the loop.
         self._inline = sqlite_synchronous == "NORMAL"
         self._max_batch_ops = max_batch_ops
-        self._queue: asyncio.Queue[_Queued | None] | None = None
+        self._queue: asyncio.Queue[_Queued | object | None] | None = None
         self._writer: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._sync_engine: Engine | None = None
+        self._writer_conn: Connection | None = None
         self._thread: ThreadPoolExecutor | None = None
         if db_engine.dialect.name == "sqlite":
             self._sync_engine = create_sqlite_writer_engine(db_engine, sqlite_synchronous)
@@ -79,17 +101,26 @@ class GroupCommitter:
         self.waited = 0  # SQLite transactions that found the write lock taken and ran in the thread
         self._checkpointing: asyncio.Future[None] | None = None
 
-    async def run(self, op: Callable[[Connection], T]) -> T:
-        """Run ``op`` inside the next group transaction; raises what ``op`` raised on its own."""
+    async def run(self, op: Callable[[Connection], T], *, lazy: bool = False) -> T:
+        """Run ``op`` inside the next group transaction; raises what ``op`` raised on its own.
+
+        ``lazy``: nobody waits for it on a turn's path; it may wait up to ``lazy_wait_s``
+        for a write that is waited for, to share its transaction (still durable on return).
+        """
         queue = self._ensure_writer()
         done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        queue.put_nowait(_Queued(op, done))
+        queue.put_nowait(_Queued(op, done, lazy))
         # A cancelled caller cancels only its own future: the queued op still runs in the next
         # group transaction (the writer never looks at the future before it settles it).
         result: T = await done
         return result
 
-    def _ensure_writer(self) -> asyncio.Queue[_Queued | None]:
+    def hurry(self) -> None:
+        """Commit the lazy writes waiting for company now (someone waits for one of them)."""
+        if self._queue is not None and self._writer is not None and not self._writer.done():
+            self._queue.put_nowait(_HURRY)
+
+    def _ensure_writer(self) -> asyncio.Queue[_Queued | object | None]:
         loop = asyncio.get_running_loop()
         if self._queue is None or self._writer is None or self._writer.done() or self._loop is not loop:
             self._queue = asyncio.Queue()
@@ -108,24 +139,43 @@ class GroupCommitter:
         self._queue = None
         if self._thread is not None:
             if self._sync_engine is not None:
-                await asyncio.get_running_loop().run_in_executor(self._thread, self._sync_engine.dispose)
+                loop = asyncio.get_running_loop()
+                await loop.run_in_executor(self._thread, self._drop_writer_connection)
+                await loop.run_in_executor(self._thread, self._sync_engine.dispose)
             self._thread.shutdown(wait=True)
             self._thread = None
 
-    async def _run(self, queue: asyncio.Queue[_Queued | None]) -> None:
+    async def _run(self, queue: asyncio.Queue[_Queued | object | None]) -> None:
         stopping = False
         while not stopping:
-            first = await queue.get()
-            if first is None:
-                return
-            batch = [first]
-            while not queue.empty() and len(batch) < self._max_batch_ops:
-                item = queue.get_nowait()
+            item: _Queued | object | None = await queue.get()
+            batch: list[_Queued] = []
+            waited_for = False  # someone waits for a write of the batch (or hurried): commit now
+            waited = False  # lazy writes wait for company once per batch, at most lazy_wait_s
+            while True:
                 if item is None:
                     stopping = True
                     break
-                batch.append(item)
-            await self._commit(batch)
+                if isinstance(item, _Queued):
+                    batch.append(item)
+                    waited_for = waited_for or not item.lazy
+                else:  # _HURRY
+                    waited_for = True
+                if len(batch) >= self._max_batch_ops:
+                    break
+                if not queue.empty():
+                    item = queue.get_nowait()
+                    continue
+                if waited_for or waited or not batch:
+                    break
+                waited = True
+                try:
+                    # A cancelled get leaves its item queued: it comes first in the next batch.
+                    item = await asyncio.wait_for(queue.get(), self._lazy_wait_s)
+                except TimeoutError:
+                    break
+            if batch:
+                await self._commit(batch)
 
     async def _commit(self, batch: list[_Queued]) -> None:
         try:
@@ -153,7 +203,7 @@ class GroupCommitter:
             if self._inline:
                 try:
                     results = self._sync_transaction(ops)
-                except OperationalError as exc:
+                except (OperationalError, sqlite3.OperationalError) as exc:
                     if not _lock_taken(exc):
                         raise
                     self.waited += 1
@@ -169,19 +219,38 @@ class GroupCommitter:
         return results
 
     def _sync_transaction(self, ops: list[Operation], wait: bool = False) -> list[Any]:
-        assert self._sync_engine is not None
-        with self._sync_engine.connect() as conn:
-            # On the DBAPI connection: a statement through SQLAlchemy would begin the transaction.
-            raw = conn.connection.driver_connection
-            assert raw is not None
-            if wait:  # in the thread: wait for the write lock like any other connection
-                raw.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        conn = self._writer_connection()
+        # On the DBAPI connection: a statement through SQLAlchemy would begin the transaction.
+        raw = conn.connection.driver_connection
+        assert raw is not None
+        if wait:  # in the thread: wait for the write lock like any other connection
+            raw.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        try:
+            with conn.begin():  # pysqlite's own begin is a no-op: BEGIN IMMEDIATE is ours
+                raw.execute("BEGIN IMMEDIATE")
+                return _run_all(conn, ops)
+        except BaseException:
+            if conn.invalidated or conn.closed:
+                self._drop_writer_connection()
+            raise
+        finally:
+            if wait and not conn.closed:
+                raw.execute("PRAGMA busy_timeout=0")
+
+    def _writer_connection(self) -> Connection:
+        """The writer's one connection, kept open between transactions (no pool checkout each time)."""
+        if self._writer_conn is None or self._writer_conn.closed or self._writer_conn.invalidated:
+            assert self._sync_engine is not None
+            self._writer_conn = self._sync_engine.connect()
+        return self._writer_conn
+
+    def _drop_writer_connection(self) -> None:
+        conn, self._writer_conn = self._writer_conn, None
+        if conn is not None:
             try:
-                with conn.begin():
-                    return _run_all(conn, ops)
-            finally:
-                if wait:
-                    raw.execute("PRAGMA busy_timeout=0")
+                conn.close()
+            except Exception as exc:  # already broken: nothing more to release
+                log.debug("closing the SQLite writer connection failed: %r", exc)
 
     def _checkpoint_wal(self, loop: asyncio.AbstractEventLoop) -> None:
         """Copy the WAL into the database file in the thread (PASSIVE: never blocks a writer)."""
@@ -199,9 +268,11 @@ class GroupCommitter:
             log.debug("WAL checkpoint skipped: %r", exc)
 
 
-def _lock_taken(exc: OperationalError) -> bool:
-    """SQLite refused BEGIN IMMEDIATE because another connection holds the write lock."""
-    return "locked" in str(exc.orig) or "busy" in str(exc.orig)
+def _lock_taken(exc: OperationalError | sqlite3.OperationalError) -> bool:
+    """SQLite refused BEGIN IMMEDIATE because another connection holds the write lock (raised by
+    the DBAPI connection itself, or by a statement through SQLAlchemy)."""
+    reason = str(exc.orig if isinstance(exc, OperationalError) else exc)
+    return "locked" in reason or "busy" in reason
 
 
 def _settle(queued: _Queued, *, result: Any = None, exc: BaseException | None = None) -> None:

@@ -5,8 +5,10 @@ acked. Staging is idempotent on (platform, message id), so a redelivered or
 replayed message is never staged twice. Rows stay ``staged`` until their turn
 is finished (``done``) or they are dropped as stale (``dropped``); on restart,
 ``pending()`` hands the unfinished ones back to their session actors in order.
-Status marks are written in batches in the background: a lost mark only makes
-a finished message be looked at again, which the actor recognises.
+Status marks are written in batches in the background, as lazy writes of the
+group committer (they share the transaction of the next staging or journal
+append): a lost mark only makes a finished message be looked at again, which
+the actor recognises.
 """
 
 from __future__ import annotations
@@ -143,9 +145,9 @@ class SqlInbox:
             seen.add(m.key)
         return result
 
-    async def _write(self, op: Callable[[Connection], object]) -> None:
+    async def _write(self, op: Callable[[Connection], object], *, lazy: bool = False) -> None:
         if self._committer is not None:
-            await self._committer.run(op)
+            await self._committer.run(op, lazy=lazy)
             return
         async with self._db_engine.begin() as conn:
             await conn.run_sync(op)
@@ -182,10 +184,17 @@ class SqlInbox:
 
     async def flush(self) -> None:
         """Write the queued status marks now (waits for a flush already under way)."""
+        if self._committer is not None:
+            self._committer.hurry()  # a background flush may be waiting to share a transaction
         async with self._flush_lock:
             await self._flush_locked()
 
-    async def _flush_locked(self) -> None:
+    async def _flush_lazily(self) -> None:
+        """The background flush: the marks ride on the next write that is waited for."""
+        async with self._flush_lock:
+            await self._flush_locked(lazy=True)
+
+    async def _flush_locked(self, *, lazy: bool = False) -> None:
         if not self._marks:
             return
         marks, self._marks = self._marks, {}
@@ -197,7 +206,7 @@ class SqlInbox:
         )
         params = [{"p": k[0], "m": k[1], "s": s} for k, s in marks.items()]
         try:
-            await self._write(lambda conn: conn.execute(stmt, params))
+            await self._write(lambda conn: conn.execute(stmt, params), lazy=lazy)
         except Exception:
             # Put them back (newer marks win); the next flush retries.
             for k, s in marks.items():
@@ -239,7 +248,7 @@ class SqlInbox:
                 reraise=True,
             ):
                 with attempt:
-                    await self.flush()
+                    await self._flush_lazily()
 
     async def close(self) -> None:
         """Stop the background work and write what is queued."""

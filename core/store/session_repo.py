@@ -125,15 +125,23 @@ class SqlSessionRepository:
             generations=tuple((str(sid), int(gen)) for sid, gen in generations),
         )
 
-    async def apply(self, change: StoreChange) -> None:
-        """Write ``change`` in one transaction: deletions first, then upserts, table by table."""
+    async def apply(self, change: StoreChange, *, lazy: bool = False) -> None:
+        """Write ``change`` in one transaction: deletions first, then upserts, table by table.
+
+        ``lazy`` (turn bookkeeping): with a group committer, it may share the next transaction
+        of a write that is waited for (``GroupCommitter.run(..., lazy=True)``)."""
         if change.is_empty():
             return
         if self._committer is not None:
-            await self._committer.run(lambda conn: self._apply(conn, change))
+            await self._committer.run(lambda conn: self._apply(conn, change), lazy=lazy)
             return
         async with self._db_engine.begin() as conn:
             await conn.run_sync(self._apply, change)
+
+    def hurry(self) -> None:
+        """Commit the lazy writes waiting for company now."""
+        if self._committer is not None:
+            self._committer.hurry()
 
     def _apply(self, conn: Connection, change: StoreChange) -> None:
         self._delete(conn, sessions_table, "id", change.deleted_sessions)

@@ -37,7 +37,10 @@ class InMemorySessionRepository:
             generations=tuple(self.generations.items()),
         )
 
-    async def apply(self, change: StoreChange) -> None:
+    def hurry(self) -> None:
+        """Nothing waits for company here."""
+
+    async def apply(self, change: StoreChange, *, lazy: bool = False) -> None:
         """Apply ``change`` all at once (after the gate, if one is set)."""
         if self.gate is not None:
             await self.gate.wait()

@@ -147,3 +147,65 @@ async def test_sqlite_synchronous_full_is_applied_to_every_connection_and_commit
         await engine.dispose()
     with pytest.raises(ValueError):
         create_db_engine(f"sqlite+aiosqlite:///{tmp_path}/bad.db", sqlite_synchronous="OFF")
+
+
+async def test_a_lazy_write_shares_the_next_waited_for_transaction_in_queue_order(engine: AsyncEngine) -> None:
+    # Turn bookkeeping and inbox marks (lazy) ride on the next write someone waits for instead
+    # of committing alone; the order of the queue is kept inside the shared transaction, so a
+    # later write (here: a deletion) is never overtaken by a lazy write queued before it.
+    async with engine.begin() as conn:
+        await conn.execute(text("CREATE TABLE IF NOT EXISTS committer_probe (n INTEGER PRIMARY KEY)"))
+        await conn.execute(text("DELETE FROM committer_probe"))
+    committer = GroupCommitter(engine, lazy_wait_s=60.0)
+
+    def insert(n: int):  # type: ignore[no-untyped-def]
+        return lambda conn: conn.execute(text("INSERT INTO committer_probe (n) VALUES (:n)"), {"n": n})
+
+    def delete(n: int):  # type: ignore[no-untyped-def]
+        return lambda conn: conn.execute(text("DELETE FROM committer_probe WHERE n = :n"), {"n": n})
+
+    try:
+        await committer.run(insert(0))  # the writer is up and idle
+        before = committer.transactions
+        lazy = asyncio.ensure_future(committer.run(insert(1), lazy=True))
+        for _ in range(20):  # the writer takes it and waits for company (it has 60 s)
+            await asyncio.sleep(0)
+        assert not lazy.done()
+        await committer.run(delete(1))  # waited for: commits now, after the lazy insert
+        assert lazy.done()
+        assert committer.transactions == before + 1  # one transaction for both
+        assert await _count(engine) == 1  # the deletion was not overtaken
+
+        alone = asyncio.ensure_future(committer.run(insert(2), lazy=True))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert not alone.done()
+        committer.hurry()  # someone waits for it: no more waiting for company
+        await asyncio.wait_for(alone, 10)
+        assert await _count(engine) == 2
+    finally:
+        await committer.aclose()
+        async with engine.begin() as conn:
+            await conn.execute(text("DROP TABLE committer_probe"))
+
+
+async def test_a_lazy_write_without_company_commits_after_its_wait_and_at_close(engine: AsyncEngine) -> None:
+    async with engine.begin() as conn:
+        await conn.execute(text("CREATE TABLE IF NOT EXISTS committer_probe (n INTEGER PRIMARY KEY)"))
+        await conn.execute(text("DELETE FROM committer_probe"))
+    quick = GroupCommitter(engine, lazy_wait_s=0.01)
+    patient = GroupCommitter(engine, lazy_wait_s=60.0)
+    try:
+        op = lambda n: lambda conn: conn.execute(text("INSERT INTO committer_probe (n) VALUES (:n)"), {"n": n})  # noqa: E731
+        await asyncio.wait_for(quick.run(op(1), lazy=True), 10)  # alone: once its wait is over
+        pending = asyncio.ensure_future(patient.run(op(2), lazy=True))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        await asyncio.wait_for(patient.aclose(), 10)  # shutdown writes what waits for company
+        await asyncio.wait_for(pending, 10)
+        assert await _count(engine) == 2
+    finally:
+        await quick.aclose()
+        await patient.aclose()
+        async with engine.begin() as conn:
+            await conn.execute(text("DROP TABLE committer_probe"))

@@ -64,11 +64,11 @@ async def test_the_background_writer_retries_marks_whose_write_failed(
     write = inbox._write
     failures = {"left": 2}
 
-    async def failing_then_working(op: Any) -> None:
+    async def failing_then_working(op: Any, *, lazy: bool = False) -> None:
         if failures["left"]:
             failures["left"] -= 1
             raise OSError("database went away")
-        await write(op)
+        await write(op, lazy=lazy)
 
     monkeypatch.setattr(inbox, "_write", failing_then_working)
     inbox.mark(message("flaky"), DONE)

@@ -184,10 +184,10 @@ async def test_a_deletion_is_never_overtaken_by_an_older_bookkeeping_write(
     hold = asyncio.Event()
     write = repo.apply
 
-    async def held_updates(change: StoreChange) -> None:
+    async def held_updates(change: StoreChange, *, lazy: bool = False) -> None:
         if change.sessions:  # hold the bookkeeping writes, not the deletion
             await hold.wait()
-        await write(change)
+        await write(change, lazy=lazy)
 
     repo.apply = held_updates  # type: ignore[method-assign]
     started = asyncio.ensure_future(manager.turn_started(record.id))
