@@ -43,10 +43,26 @@ async def test_an_r3_stream_keeps_every_message_when_its_leader_node_is_killed(n
                 raise AssertionError(f"{body!r} was never acknowledged")
         await nats_cluster.restart(leader)
 
-        sub = await js.pull_subscribe(f"{stream}.>", durable=None, stream=stream)
+        # The restarted node rejoins and the stream may elect again: until it settles a consumer
+        # create or a fetch can answer 503 / time out, so both are asked again until a deadline.
+        transient = (nats.errors.TimeoutError, nats.js.errors.ServiceUnavailableError,
+                     nats.errors.NoRespondersError, nats.errors.ConnectionReconnectingError)
+        deadline = asyncio.get_running_loop().time() + 60
+        sub = None
+        while sub is None:
+            try:
+                sub = await js.pull_subscribe(f"{stream}.>", durable=None, stream=stream)
+            except transient:
+                assert asyncio.get_running_loop().time() < deadline, "no consumer could be created"
+                await asyncio.sleep(0.1)  # a retry interval, not a wait for an outcome
         got: list[bytes] = []
         while len(got) < len(before) + len(after):
-            for msg in await sub.fetch(40, timeout=5):
+            assert asyncio.get_running_loop().time() < deadline, f"only {len(got)} messages read back"
+            try:
+                fetched = await sub.fetch(40, timeout=5)
+            except transient:
+                continue
+            for msg in fetched:
                 got.append(msg.data)
                 await msg.ack()
         assert got == before + after
