@@ -129,6 +129,15 @@ def print_report(r: dict[str, Any]) -> None:
     print(f"  live gc objects: {d.get('gc_objects', 0):,}")
     for name, count, size in d.get("by_type", [])[:20]:
         print(f"    {size / 1e6:8.2f} MB {count:>9,}  {name}")
+    ar = d.get("actor_retained") or {}
+    if ar.get("sampled"):
+        print(f"  live session actors: {ar['actors']:,}; each holds alone ~{ar['bytes_per_actor']:,} B"
+              f" (shallow sizes, {ar['sampled']} sampled); by path:")
+        for path, size in ar["by_path"][:20]:
+            print(f"    {size:>10,} B  actor{path}")
+        print("  by type:")
+        for name, size in ar["by_type"][:12]:
+            print(f"    {size:>10,} B  {name}")
     if "traced_bytes" in d:
         print(f"  traced (tracemalloc): {d['traced_bytes'] / 1e6:.1f} MB; by module:")
         for name, size in d["by_module"][:20]:
