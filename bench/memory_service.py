@@ -131,7 +131,7 @@ def _actor_retained(sample: int = 20) -> dict[str, Any]:
                 continue
             size = sys.getsizeof(obj)
             total += size
-            by_path[".".join(path.split(".")[:4])] += size
+            by_path[".".join(path.split(".")[:int(os.environ.get("BENCH_PATH_DEPTH", "4"))])] += size
             by_type[type(obj).__qualname__] += size
     n = len(walks)
     return {
