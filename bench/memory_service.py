@@ -191,11 +191,11 @@ def main() -> None:
     def dump(_sig: int, _frame: FrameType | None) -> None:
         gc.collect()
         data: dict[str, Any] = {"gc_objects": len(gc.get_objects()), "by_type": _objects_by_type()}
-        data["actor_retained"] = _actor_retained()
         data["pymalloc"] = _pymalloc_stats()
         data["rss_before_trim_bytes"] = _rss_bytes()
         data["malloc_trim"] = _malloc_trim()
         data["rss_after_trim_bytes"] = _rss_bytes()
+        data["actor_retained"] = _actor_retained()  # after the RSS reads: the walk allocates
         if frames > 0:
             data.update(_traced())
         Path(out + ".json").write_bytes(orjson.dumps(data))
