@@ -111,8 +111,9 @@ def _actor_retained(sample: int = 20) -> dict[str, Any]:
     by attribute path (first two levels) and by type, averaged over ``sample`` actors."""
     actors = [o for o in gc.get_objects() if type(o).__name__ == "SessionActor"]
     registries = [o for o in gc.get_objects() if type(o).__name__ == "ActorRegistry"]
+    loaded = sum(len(r) for r in registries)  # type: ignore[arg-type]
     if len(actors) < 2:
-        return {"actors": len(actors)}
+        return {"actors": len(actors), "registered": loaded}
     stop = {id(r) for r in registries} | {id(a) for a in actors}
     picked = actors[:sample]
     walks = []
@@ -135,7 +136,7 @@ def _actor_retained(sample: int = 20) -> dict[str, Any]:
             by_type[type(obj).__qualname__] += size
     n = len(walks)
     return {
-        "actors": len(actors), "sampled": n, "bytes_per_actor": total // n,
+        "actors": len(actors), "registered": loaded, "sampled": n, "bytes_per_actor": total // n,
         "by_path": [(k, v // n) for k, v in by_path.most_common(TOP)],
         "by_type": [(k, v // n) for k, v in by_type.most_common(TOP)],
     }
