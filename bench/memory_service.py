@@ -117,8 +117,14 @@ def _actor_retained(sample: int = 20) -> dict[str, Any]:
     stop = {id(r) for r in registries} | {id(a) for a in actors}
     picked = actors[:sample]
     walks = []
+    memos = sys.modules["core.engine.chatend"]._memos  # the transcript's chatend memo: a module-level LRU
     for a in picked:
         walk = _reachable(a, stop - {id(a)})
+        transcript = getattr(getattr(getattr(a.runner, "_engine", None), "_state", None), "transcript", None)
+        memo = memos.get(id(transcript))
+        if memo is not None and memo.source is transcript:
+            for rid, (obj, path) in _reachable(memo, stop | set(walk)).items():
+                walk[rid] = (obj, ".chatend_memo" + path)
         walks.append(walk)
     counts: Counter[int] = Counter()
     for w in walks:
