@@ -4,7 +4,8 @@ One nats-server, one service process (bench/memory_service.py: the unmodified ``
 with memory probes), SQLite by default (``--store postgres`` for a fresh PostgreSQL database).
 Steps: RSS once the service is ready (no sessions), then ``--sessions`` sessions × 1 plain message
 published at once and drained, RSS after the last reply; then an in-process dump (live objects by
-type after ``gc.collect()``; with ``--trace N`` also tracemalloc's top sites, by module and by
+type after ``gc.collect()``, what one live session actor holds alone (a referent walk from each of
+20 actors, by attribute path; ``--midway`` also dumps at half the replies); with ``--trace N`` also tracemalloc's top sites, by module and by
 traceback — tracing slows the process, so read its RSS figures as traced).
 
 The load phase of ``make bench`` measures the same figure (``rss_bytes_after_drain`` of the
