@@ -59,16 +59,17 @@ def _read_json(path: Path) -> Any:
 
 async def measure(
     sessions: int, work: Path, store: str, trace_frames: int, env: dict[str, str], midway: bool = False,
+    settle_s: float = 0.0,
 ) -> dict[str, Any]:
     if store == "postgres":
         async with fresh_database("mem") as name:
             db = {"TURNSTILE_DATABASE_URL": pg_url(name, "postgresql+asyncpg")}
-            return await _measure(sessions, work, {**db, **env}, trace_frames, midway)
-    return await _measure(sessions, work, env, trace_frames, midway)
+            return await _measure(sessions, work, {**db, **env}, trace_frames, midway, settle_s)
+    return await _measure(sessions, work, env, trace_frames, midway, settle_s)
 
 
 async def _measure(
-    sessions: int, work: Path, env: dict[str, str], trace_frames: int, midway: bool,
+    sessions: int, work: Path, env: dict[str, str], trace_frames: int, midway: bool, settle_s: float,
 ) -> dict[str, Any]:
     conf = work / "nats-open.conf"
     conf.write_text(without_roles((ROOT / "nats.conf").read_text()))
@@ -109,6 +110,9 @@ async def _measure(
             raise RuntimeError(f"only {len(driver.timer.got)}/{sessions} replies\n{child.log_text()[-2000:]}")
         out["drain_s"] = round(time.perf_counter() - t0, 2)
         out["touched"] = {"rss_bytes": child.meter.rss_bytes(), **_smaps(child.pid)}
+        if settle_s:  # let idle actors past the cap end before the dump (no fixed sleep in tests; a bench knob)
+            await asyncio.sleep(settle_s)
+            out["settled"] = {"after_s": settle_s, "rss_bytes": child.meter.rss_bytes(), **_smaps(child.pid)}
         child.proc.send_signal(signal.SIGUSR1)
         if not await wait_until(lambda: Path(str(dump) + ".done").exists(), 300, 0.1):
             raise RuntimeError("the service wrote no memory dump")
@@ -128,7 +132,7 @@ def _mb(n: int | None) -> str:
 
 def print_report(r: dict[str, Any]) -> None:
     print(f"sessions touched: {r['sessions']:,} (drained in {r.get('drain_s')} s); env {r['env']}")
-    for key in ("bare", "touched", "after_gc"):
+    for key in ("bare", "touched", "settled", "after_gc"):
         m = r.get(key) or {}
         print(f"  {key:9} RSS {_mb(m.get('rss_bytes'))} MB  anonymous {_mb(m.get('anonymous_bytes'))} MB")
     bare, touched = (r.get("bare") or {}).get("rss_bytes"), (r.get("touched") or {}).get("rss_bytes")
@@ -174,12 +178,13 @@ def main() -> None:
     ap.add_argument("--store", choices=("sqlite", "postgres"), default="sqlite")
     ap.add_argument("--trace", type=int, default=0, metavar="FRAMES", help="tracemalloc frames (0: off)")
     ap.add_argument("--midway", action="store_true", help="also dump while half the replies are in")
+    ap.add_argument("--settle-s", type=float, default=0.0, help="seconds to wait after the last reply before the dump")
     ap.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="extra service environment")
     args = ap.parse_args()
     env = dict(e.split("=", 1) for e in args.env)
     work = Path(tempfile.mkdtemp(prefix="bench-memory-"))
     try:
-        result = asyncio.run(measure(args.sessions, work, args.store, args.trace, env, args.midway))
+        result = asyncio.run(measure(args.sessions, work, args.store, args.trace, env, args.midway, args.settle_s))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print_report(result)
