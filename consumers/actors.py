@@ -215,9 +215,11 @@ class SessionActor:
                     await self._replay_when_ours()
                 if self.mailbox.empty() and self.retire is not None and self.retire(self):
                     await self.runner.wait_finished()
-                    if self.mailbox.empty() and self.runner.can_unload():
+                    # Asked again: others past the cap may have ended meanwhile (no retiring below it).
+                    now = self._retire_now()
+                    if now:
                         return
-                    retiring = True  # e.g. its reply not yet confirmed stored: look again shortly
+                    retiring = now is False  # e.g. its reply not yet confirmed stored: look again shortly
         finally:
             self.idle.set()
             self.on_exit(self)
