@@ -4,7 +4,8 @@ One nats-server, one service process (bench/memory_service.py: the unmodified ``
 with memory probes), SQLite by default (``--store postgres`` for a fresh PostgreSQL database).
 Steps: RSS once the service is ready (no sessions), then ``--sessions`` sessions × 1 plain message
 published at once and drained, RSS after the last reply; then an in-process dump (live objects by
-type after ``gc.collect()``; with ``--trace N`` also tracemalloc's top sites, by module and by
+type after ``gc.collect()``, what one live session actor holds alone (a referent walk from each of
+20 actors, by attribute path; ``--midway`` also dumps at half the replies); with ``--trace N`` also tracemalloc's top sites, by module and by
 traceback — tracing slows the process, so read its RSS figures as traced).
 
 The load phase of ``make bench`` measures the same figure (``rss_bytes_after_drain`` of the
@@ -56,15 +57,20 @@ def _read_json(path: Path) -> Any:
     return orjson.loads(path.read_bytes())
 
 
-async def measure(sessions: int, work: Path, store: str, trace_frames: int, env: dict[str, str]) -> dict[str, Any]:
+async def measure(
+    sessions: int, work: Path, store: str, trace_frames: int, env: dict[str, str], midway: bool = False,
+    settle_s: float = 0.0,
+) -> dict[str, Any]:
     if store == "postgres":
         async with fresh_database("mem") as name:
             db = {"TURNSTILE_DATABASE_URL": pg_url(name, "postgresql+asyncpg")}
-            return await _measure(sessions, work, {**db, **env}, trace_frames)
-    return await _measure(sessions, work, env, trace_frames)
+            return await _measure(sessions, work, {**db, **env}, trace_frames, midway, settle_s)
+    return await _measure(sessions, work, env, trace_frames, midway, settle_s)
 
 
-async def _measure(sessions: int, work: Path, env: dict[str, str], trace_frames: int) -> dict[str, Any]:
+async def _measure(
+    sessions: int, work: Path, env: dict[str, str], trace_frames: int, midway: bool, settle_s: float,
+) -> dict[str, Any]:
     conf = work / "nats-open.conf"
     conf.write_text(without_roles((ROOT / "nats.conf").read_text()))
     server = NatsServer(store_dir=work / "nats", config=conf)
@@ -92,10 +98,21 @@ async def _measure(sessions: int, work: Path, env: dict[str, str], trace_frames:
         t0 = time.perf_counter()
         await driver.preload(message_plan(sids, sessions, plain_text))
         driver.open_window()
+        if midway:  # a dump while half the replies are in: what the sessions in flight hold
+            await wait_until(lambda: len(driver.timer.got) >= sessions // 2, 120 + sessions * 0.05, 0.05)
+            out["midway"] = {"replies": len(driver.timer.got), "rss_bytes": child.meter.rss_bytes()}
+            child.proc.send_signal(signal.SIGUSR1)
+            if not await wait_until(lambda: Path(str(dump) + ".done").exists(), 300, 0.1):
+                raise RuntimeError("the service wrote no memory dump")
+            out["midway"]["dump"] = _read_json(Path(str(dump) + ".json"))
+            await asyncio.to_thread(Path(str(dump) + ".done").unlink)
         if not await wait_until(driver.timer.done, 120 + sessions * 0.05, 0.05):
             raise RuntimeError(f"only {len(driver.timer.got)}/{sessions} replies\n{child.log_text()[-2000:]}")
         out["drain_s"] = round(time.perf_counter() - t0, 2)
         out["touched"] = {"rss_bytes": child.meter.rss_bytes(), **_smaps(child.pid)}
+        if settle_s:  # let idle actors past the cap end before the dump (no fixed sleep in tests; a bench knob)
+            await asyncio.sleep(settle_s)
+            out["settled"] = {"after_s": settle_s, "rss_bytes": child.meter.rss_bytes(), **_smaps(child.pid)}
         child.proc.send_signal(signal.SIGUSR1)
         if not await wait_until(lambda: Path(str(dump) + ".done").exists(), 300, 0.1):
             raise RuntimeError("the service wrote no memory dump")
@@ -115,7 +132,7 @@ def _mb(n: int | None) -> str:
 
 def print_report(r: dict[str, Any]) -> None:
     print(f"sessions touched: {r['sessions']:,} (drained in {r.get('drain_s')} s); env {r['env']}")
-    for key in ("bare", "touched", "after_gc"):
+    for key in ("bare", "touched", "settled", "after_gc"):
         m = r.get(key) or {}
         print(f"  {key:9} RSS {_mb(m.get('rss_bytes'))} MB  anonymous {_mb(m.get('anonymous_bytes'))} MB")
     bare, touched = (r.get("bare") or {}).get("rss_bytes"), (r.get("touched") or {}).get("rss_bytes")
@@ -129,6 +146,11 @@ def print_report(r: dict[str, Any]) -> None:
     print(f"  live gc objects: {d.get('gc_objects', 0):,}")
     for name, count, size in d.get("by_type", [])[:20]:
         print(f"    {size / 1e6:8.2f} MB {count:>9,}  {name}")
+    _print_actors(d.get("actor_retained") or {})
+    mid = r.get("midway")
+    if mid:
+        print(f"  midway ({mid['replies']:,} replies in): RSS {_mb(mid['rss_bytes'])} MB")
+        _print_actors(mid["dump"].get("actor_retained") or {})
     if "traced_bytes" in d:
         print(f"  traced (tracemalloc): {d['traced_bytes'] / 1e6:.1f} MB; by module:")
         for name, size in d["by_module"][:20]:
@@ -138,17 +160,31 @@ def print_report(r: dict[str, Any]) -> None:
             print(f"    {size / 1e6:8.2f} MB {count:>9,}  {where}")
 
 
+def _print_actors(ar: dict[str, Any]) -> None:
+    if not ar.get("sampled"):
+        return
+    print(f"  live session actors: {ar['actors']:,} ({ar.get('registered')} in the registry); each holds alone"
+          f" ~{ar['bytes_per_actor']:,} B (shallow sizes, {ar['sampled']} sampled); by path:")
+    for path, size in ar["by_path"][:20]:
+        print(f"    {size:>10,} B  actor{path}")
+    print("  by type:")
+    for name, size in ar["by_type"][:12]:
+        print(f"    {size:>10,} B  {name}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sessions", type=int, default=10_000)
     ap.add_argument("--store", choices=("sqlite", "postgres"), default="sqlite")
     ap.add_argument("--trace", type=int, default=0, metavar="FRAMES", help="tracemalloc frames (0: off)")
+    ap.add_argument("--midway", action="store_true", help="also dump while half the replies are in")
+    ap.add_argument("--settle-s", type=float, default=0.0, help="seconds to wait after the last reply before the dump")
     ap.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="extra service environment")
     args = ap.parse_args()
     env = dict(e.split("=", 1) for e in args.env)
     work = Path(tempfile.mkdtemp(prefix="bench-memory-"))
     try:
-        result = asyncio.run(measure(args.sessions, work, args.store, args.trace, env))
+        result = asyncio.run(measure(args.sessions, work, args.store, args.trace, env, args.midway, args.settle_s))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print_report(result)

@@ -11,13 +11,16 @@ The service is the unmodified ``consumers.cli run``; this wrapper only adds:
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import ctypes.util
 import gc
+import logging
 import os
 import signal
 import sys
 import tracemalloc
+import types
 from collections import Counter
 from pathlib import Path
 from types import FrameType
@@ -62,6 +65,87 @@ def _traced() -> dict[str, Any]:
     ]
     total = sum(s.size for s in snap.statistics("filename"))
     return {"traced_bytes": total, "by_module": by_module.most_common(TOP), "by_line": lines, "by_traceback": tracebacks}
+
+
+# Where a walk from one actor stops: things every session shares (or that lead to the others).
+_SHARED_TYPES = (types.ModuleType, type, types.FunctionType, types.CodeType, types.BuiltinFunctionType,
+                 asyncio.AbstractEventLoop, asyncio.Task, logging.Logger)
+
+
+def _reachable(root: object, stop: set[int]) -> dict[int, tuple[object, str]]:
+    """Objects reachable from ``root`` (not through ``stop`` ids or shared types), each with the path
+    (attribute names, ``[type]`` for an unnamed hop) it was first met by."""
+    seen: dict[int, tuple[object, str]] = {id(root): (root, "")}
+    todo: list[tuple[object, str, dict[int, str] | None]] = [(root, "", None)]
+    while todo:
+        obj, path, names = todo.pop()
+        if names is None:
+            names = {}
+            d = getattr(obj, "__dict__", None) if not isinstance(obj, type) else None
+            if isinstance(d, dict):
+                names = {id(v): k for k, v in d.items()}
+            else:
+                d = None
+            for slot in getattr(type(obj), "__slots__", ()):
+                v = getattr(obj, slot, None)
+                if v is not None:
+                    names[id(v)] = slot
+        else:
+            d = None
+        for ref in gc.get_referents(obj):
+            rid = id(ref)
+            if rid in seen or rid in stop or isinstance(ref, _SHARED_TYPES):
+                continue
+            if ref is d:
+                seen[rid] = (ref, path)
+                todo.append((ref, path, names))  # the instance dict: its values are named by their keys
+                continue
+            sub = f"{path}.{names[rid]}" if rid in names else f"{path}.[{type(ref).__qualname__}]"
+            seen[rid] = (ref, sub)
+            todo.append((ref, sub, None))
+    return seen
+
+
+def _actor_retained(sample: int = 20) -> dict[str, Any]:
+    """What one loaded session actor holds alone: objects reachable from it and from no other sampled actor,
+    by attribute path (first two levels) and by type, averaged over ``sample`` actors."""
+    actors = [o for o in gc.get_objects() if type(o).__name__ == "SessionActor"]
+    registries = [o for o in gc.get_objects() if type(o).__name__ == "ActorRegistry"]
+    loaded = sum(len(r) for r in registries)  # type: ignore[arg-type]
+    if len(actors) < 2:
+        return {"actors": len(actors), "registered": loaded}
+    stop = {id(r) for r in registries} | {id(a) for a in actors}
+    picked = actors[:sample]
+    walks = []
+    memos = sys.modules["core.engine.chatend"]._memos  # the transcript's chatend memo: a module-level LRU
+    for a in picked:
+        walk = _reachable(a, stop - {id(a)})
+        transcript = getattr(getattr(getattr(a.runner, "_engine", None), "_state", None), "transcript", None)
+        memo = memos.get(id(transcript))
+        if memo is not None and memo.source is transcript:
+            for rid, (obj, path) in _reachable(memo, stop | set(walk)).items():
+                walk[rid] = (obj, ".chatend_memo" + path)
+        walks.append(walk)
+    counts: Counter[int] = Counter()
+    for w in walks:
+        counts.update(w.keys())
+    by_path: Counter[str] = Counter()
+    by_type: Counter[str] = Counter()
+    total = 0
+    for w in walks:
+        for rid, (obj, path) in w.items():
+            if counts[rid] > 1:
+                continue
+            size = sys.getsizeof(obj)
+            total += size
+            by_path[".".join(path.split(".")[:int(os.environ.get("BENCH_PATH_DEPTH", "4"))])] += size
+            by_type[type(obj).__qualname__] += size
+    n = len(walks)
+    return {
+        "actors": len(actors), "registered": loaded, "sampled": n, "bytes_per_actor": total // n,
+        "by_path": [(k, v // n) for k, v in by_path.most_common(TOP)],
+        "by_type": [(k, v // n) for k, v in by_type.most_common(TOP)],
+    }
 
 
 def _pymalloc_stats() -> dict[str, int]:
@@ -118,6 +202,7 @@ def main() -> None:
         data["rss_before_trim_bytes"] = _rss_bytes()
         data["malloc_trim"] = _malloc_trim()
         data["rss_after_trim_bytes"] = _rss_bytes()
+        data["actor_retained"] = _actor_retained()  # after the RSS reads: the walk allocates
         if frames > 0:
             data.update(_traced())
         Path(out + ".json").write_bytes(orjson.dumps(data))

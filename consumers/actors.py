@@ -45,6 +45,9 @@ MESSAGE_PRIORITY = 1
 # How long a deletion waits for the session's running item to stop before it clears anyway
 # (a write stuck in the store); what the item writes later stays in its old generation.
 STOP_WAIT_S = 10.0
+# An actor past the loaded cap whose last item is still landing (a reply not yet confirmed stored)
+# looks again this often, rather than sitting loaded until ``idle_s`` with nothing left to do.
+RETIRE_RETRY_S = 0.5
 REPLAY_RETRY_S = 1.0  # a session in doubt whose staged messages could not be read tries again after this
 
 Reply = Callable[[Any], None]
@@ -109,6 +112,7 @@ class SessionActor:
     retire: Callable[[SessionActor], bool] | None = None
     fence: OwnershipFence | None = None
     order: Callable[[], int] | None = None  # the registry's mailbox order (replayed items are queued anew)
+    retire_retry_s: float = RETIRE_RETRY_S
 
     def evictable(self) -> bool:
         """True when ending it now loses nothing: no item in hand or queued, nothing settling."""
@@ -137,23 +141,37 @@ class SessionActor:
             self.mailbox.task_done()
             raise
 
+    def _retire_now(self) -> bool | None:
+        """Past the cap with the mailbox empty: True to end now; False to look again after
+        ``retire_retry_s`` (its last item still landing); None when it stays loaded."""
+        if not (self.mailbox.empty() and self.retire is not None and self.retire(self)):
+            return None
+        return self.runner.can_unload()
+
     async def _run(self) -> None:
+        retiring = False  # past the cap but its last item still landing: retire once it has landed
         try:
             while True:
                 self.waiting = True
                 try:
                     if self.mailbox.empty():
                         # ``asyncio.timeout`` rather than ``wait_for``: no task, future and timer per item.
-                        async with asyncio.timeout(self.idle_s):
+                        async with asyncio.timeout(self.retire_retry_s if retiring else self.idle_s):
                             priority, order, item = await self.mailbox.get()
                     else:
                         priority, order, item = self.mailbox.get_nowait()
                 except TimeoutError:
                     if self.mailbox.empty():
-                        return
+                        if not retiring:
+                            return
+                        now = self._retire_now()
+                        if now:
+                            return
+                        retiring = now is False
                     continue
                 finally:
                     self.waiting = False
+                retiring = False
                 await self._released(item)
                 # Messages only: a command is routed here by ownership already and never waits on it.
                 if self.fence is not None and isinstance(item, Work) and not self.fence.owns(self.session_id):
@@ -197,8 +215,11 @@ class SessionActor:
                     await self._replay_when_ours()
                 if self.mailbox.empty() and self.retire is not None and self.retire(self):
                     await self.runner.wait_finished()
-                    if self.mailbox.empty() and self.runner.can_unload():
+                    # Asked again: others past the cap may have ended meanwhile (no retiring below it).
+                    now = self._retire_now()
+                    if now:
                         return
+                    retiring = now is False  # e.g. its reply not yet confirmed stored: look again shortly
         finally:
             self.idle.set()
             self.on_exit(self)
@@ -266,12 +287,13 @@ class ActorRegistry:
 
     def __init__(
         self, make_runner: Callable[[str], TurnRunner], idle_s: float, stop_wait_s: float = STOP_WAIT_S,
-        max_loaded: int | None = None,
+        max_loaded: int | None = None, retire_retry_s: float = RETIRE_RETRY_S,
     ) -> None:
         self._make_runner = make_runner
         self._idle_s = idle_s
         self.stop_wait_s = stop_wait_s
         self._max_loaded = max_loaded
+        self._retire_retry_s = retire_retry_s
         self._actors: dict[str, SessionActor] = {}  # least recently used first
         self._order = itertools.count()
         self._closing = False
@@ -296,7 +318,7 @@ class ActorRegistry:
         if actor is None or actor.task is None or actor.task.done():
             actor = SessionActor(
                 session_id, self._make_runner(session_id), self._idle_s, self._forget, held=self._held,
-                retire=self._retire, fence=self.fence, order=self._next_order,
+                retire=self._retire, fence=self.fence, order=self._next_order, retire_retry_s=self._retire_retry_s,
             )
             self._actors[session_id] = actor
             actor.start()
@@ -362,7 +384,7 @@ class ActorRegistry:
         if not actor.mailbox.empty() and not self._closing:
             fresh = SessionActor(
                 actor.session_id, actor.runner, self._idle_s, self._forget, held=self._held, retire=self._retire,
-                fence=self.fence, order=self._next_order,
+                fence=self.fence, order=self._next_order, retire_retry_s=self._retire_retry_s,
             )
             fresh.mailbox = actor.mailbox
             self._actors[actor.session_id] = fresh

@@ -166,3 +166,58 @@ async def test_after_a_burst_over_many_sessions_no_more_than_the_cap_stay_loaded
     await registry.join(timeout_s=5)
     await wait_for(lambda: len(registry) <= 3, timeout_s=5, interval_s=0, what="the actors past the cap to end")
     await registry.close()
+
+
+async def test_an_actor_past_the_cap_whose_reply_lands_after_its_item_retires_without_new_work() -> None:
+    gate = asyncio.Event()
+    landed = False  # its reply's broker ack: until then the runner cannot be unloaded
+
+    class LandingRunner(RecordingRunner):
+        def can_unload(self) -> bool:
+            return landed
+
+    registry = ActorRegistry(lambda sid: LandingRunner(gate), idle_s=3600.0, max_loaded=3,  # type: ignore[arg-type,return-value]
+                             retire_retry_s=0.01)
+    inbound = type("In", (), {"platform": "cli", "id": "x"})()
+
+    class Staged:
+        def __init__(self, sid: str) -> None:
+            self.session_id = sid
+
+    for i in range(20):
+        await registry.deliver(Staged(f"s{i}"), inbound)  # type: ignore[arg-type]
+    gate.set()
+    await registry.join(timeout_s=5)
+    assert len(registry) == 20  # every item is done but nothing has landed: none may go yet
+    landed = True  # no new message arrives: the idle actors past the cap end by themselves
+    await wait_for(lambda: len(registry) <= 3, timeout_s=5, interval_s=0, what="the actors past the cap to end")
+    await registry.close()
+
+
+async def test_actors_that_finish_together_past_the_cap_retire_down_to_the_cap_not_below() -> None:
+    gate = asyncio.Event()
+    landing = asyncio.Event()  # the items' publishes land together, after every actor asked to retire
+
+    waiting: list[str] = []
+
+    class SlowLandingRunner(RecordingRunner):
+        async def wait_finished(self) -> None:
+            waiting.append("landing")
+            await landing.wait()
+
+    registry = ActorRegistry(lambda sid: SlowLandingRunner(gate), idle_s=3600.0, max_loaded=3)  # type: ignore[arg-type,return-value]
+    inbound = type("In", (), {"platform": "cli", "id": "x"})()
+
+    class Staged:
+        def __init__(self, sid: str) -> None:
+            self.session_id = sid
+
+    for i in range(20):
+        await registry.deliver(Staged(f"s{i}"), inbound)  # type: ignore[arg-type]
+    gate.set()
+    await wait_for(lambda: len(waiting) == 20, timeout_s=5, interval_s=0, what="every actor past the cap to wait for its item to land")
+    landing.set()
+    await wait_for(lambda: len(registry) <= 3, timeout_s=5, interval_s=0, what="the actors past the cap to end")
+    await registry.join(timeout_s=5)
+    assert len(registry) == 3  # the loaded sessions the cap allows stay loaded
+    await registry.close()
