@@ -163,7 +163,11 @@ class SessionActor:
                 except TimeoutError:
                     if self.mailbox.empty():
                         if not retiring:
-                            return
+                            if self.runner.can_unload():
+                                return
+                            # Idle, but an item is still landing or a reply is unconfirmed (reply order):
+                            # unloading would forget it, so stay and ask again after another idle wait.
+                            continue
                         now = self._retire_now()
                         if now:
                             return

@@ -221,3 +221,31 @@ async def test_actors_that_finish_together_past_the_cap_retire_down_to_the_cap_n
     await registry.join(timeout_s=5)
     assert len(registry) == 3  # the loaded sessions the cap allows stay loaded
     await registry.close()
+
+
+async def test_an_idle_actor_whose_last_reply_has_not_landed_stays_loaded_until_it_has() -> None:
+    """The idle exit (``TURNSTILE_ACTOR_IDLE_S``) asks the runner like the cap does: a runner still holding
+    an unconfirmed reply (its reply-order record) or a landing item is not unloaded by going idle."""
+    gate = asyncio.Event()
+    gate.set()
+    landed = False
+    asked: list[bool] = []
+
+    class LandingRunner(RecordingRunner):
+        def can_unload(self) -> bool:
+            asked.append(landed)
+            return landed
+
+    registry = ActorRegistry(lambda sid: LandingRunner(gate), idle_s=0.01)  # type: ignore[arg-type,return-value]
+    inbound = type("In", (), {"platform": "cli", "id": "x"})()
+
+    class Staged:
+        session_id = "s1"
+
+    await registry.deliver(Staged(), inbound)  # type: ignore[arg-type]
+    await registry.join(timeout_s=5)
+    await wait_for(lambda: len(asked) >= 3, timeout_s=5, interval_s=0, what="the idle actor to ask its runner again")
+    assert len(registry) == 1  # idle several times over, but its reply has not landed: still loaded
+    landed = True
+    await wait_for(lambda: len(registry) == 0, timeout_s=5, interval_s=0, what="the idle actor to end once it has landed")
+    await registry.close()
