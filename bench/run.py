@@ -134,6 +134,11 @@ async def run_all(
             result["load"].append(bl)
             _say(f"  baseline A:      {_summary(bl)}  (shape {drain_shape.publishes_per_msg:.2f} publishes/msg{', FALLBACK' if fb1 else ''})")
             await settle()
+            fl = await _timed(baseline_load(ctx, sessions, drain_shape, paced_shape, "plain", worker="floor"))
+            fl["shape_fallback"] = fb1 or fb2
+            result["load"].append(fl)
+            _say(f"  floor:           {_summary(fl)}")
+            await settle()
             if sessions in profile.tools_session_counts:
                 tt = await _timed(turnstile_load(ctx, sessions, "tools"))
                 result["load"].append(tt)
