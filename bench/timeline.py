@@ -2,9 +2,11 @@
 
 One nats-server and one service process (bench/profiled_service.py with the profiler off:
 the unmodified ``turnstile run`` plus SQLAlchemy listeners that log each commit's wall time
-and the tables it wrote). One session has a first turn, then ``--messages`` plain messages
-are published at ``--rate`` per second (far below capacity, so a message never waits for
-the previous one and each message's marks lie before the next message's publish).
+and the tables it wrote). One session has two first turns, then ``--messages`` plain messages
+are published at ``--rate`` per second (far below capacity). Only messages that ran alone are
+summarised: answered before the next publish, the previous one answered before theirs (on a
+loaded machine some are not). ``--worker floor`` runs bench/floor.py instead (NATS marks only:
+its SQL commits are not logged).
 
 Marks, all in ``time.time()`` of the same machine:
 
@@ -18,13 +20,14 @@ Marks, all in ``time.time()`` of the same machine:
 Per mark: median and p90 offset from the publish over the messages, and in how many messages it
 occurred. The step between consecutive marks is where the time went (a JetStream publish's
 round trip ends when the next mark that waited for its ack appears). Writes
-``var/bench/timeline-latest.json`` and prints a table.
+``var/bench/timeline-<worker>-latest.json`` and prints a table.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import shutil
 import signal
@@ -41,10 +44,12 @@ import nats
 import orjson
 from nats.aio.msg import Msg
 
+from bench.baseline import baseline_settings
 from bench.common import ROOT, Child, ProcessMeter, delete_streams, wait_until
 from bench.driver import Driver, Meters, message_plan, session_ids
 from bench.scenarios import plain_text
-from bench.turnstile_load import READY_MARKER, READY_TIMEOUT_S, ServiceConfig, new_prefix
+from bench.shape import PublishShape, StreamShape
+from bench.turnstile_load import READY_MARKER, READY_TIMEOUT_S, ServiceConfig, new_prefix, start_floor
 from consumers.nats_server import NatsServer
 from consumers.settings import Settings
 from consumers.streams import ensure_streams
@@ -95,6 +100,17 @@ def per_message(origins: list[float], marks: list[Mark]) -> list[dict[str, float
     return out
 
 
+def isolated(origins: list[float], replies: list[float | None]) -> list[bool]:
+    """Which messages ran alone: answered before the next publish, the previous one answered before
+    this publish (so every mark between two publishes is this message's). Both lists by publish time."""
+    keep = []
+    for i, (origin, reply) in enumerate(zip(origins, replies, strict=True)):
+        next_origin = origins[i + 1] if i + 1 < len(origins) else math.inf
+        previous = replies[i - 1] if i else -math.inf
+        keep.append(reply is not None and reply < next_origin and previous is not None and previous < origin)
+    return keep
+
+
 def summarise(messages: list[dict[str, float]], min_share: float = 0.2) -> list[dict[str, Any]]:
     """Per mark present in at least ``min_share`` of the messages, in the order marks come within a message.
 
@@ -129,7 +145,15 @@ def summarise(messages: list[dict[str, float]], min_share: float = 0.2) -> list[
     return rows
 
 
-async def measure(messages: int, rate: float, work: Path) -> dict[str, Any]:
+# The floor's publish shape here (``--worker floor``): a plain turnstile message at one session
+# (2 checkpoints, 5 events, 1 reply; sizes as measured in the load phase, roughly).
+FLOOR_SHAPE = PublishShape(
+    0, {"checkpoint": StreamShape(2.0, 2600.0), "events": StreamShape(5.0, 330.0), "outbound": StreamShape(1.0, 330.0)}
+)
+
+
+async def measure(messages: int, rate: float, work: Path, worker: str = "turnstile") -> dict[str, Any]:
+    """One run; ``worker`` is ``turnstile`` (marks + the service's commit log) or ``floor`` (NATS marks only)."""
     conf = work / "nats-open.conf"
     conf.write_text(without_roles((ROOT / "nats.conf").read_text()))
     server = NatsServer(store_dir=work / "nats", config=conf)
@@ -141,9 +165,11 @@ async def measure(messages: int, rate: float, work: Path) -> dict[str, Any]:
     prefix = new_prefix("tl")
     subjects = Subjects(prefix)
     js = nc.jetstream()
-    await ensure_streams(js, Settings(nats_url=server.url, prefix=prefix), subjects)
+    settings = baseline_settings(server.url, prefix) if worker == "floor" else Settings(nats_url=server.url, prefix=prefix)
+    await ensure_streams(js, settings, subjects)
     marks: list[Mark] = []
-    origins: list[float] = []
+    sent: dict[str, float] = {}  # inbound id → sent_at
+    replied: dict[str, float] = {}  # inbound id → first reply seen
     active = False
 
     async def on_msg(msg: Msg) -> None:
@@ -151,38 +177,50 @@ async def measure(messages: int, rate: float, work: Path) -> dict[str, Any]:
         if not active:
             return
         if msg.subject.startswith(prefix + ".inbound."):
-            origins.append(float(orjson.loads(msg.data)["sent_at"]))
+            body = orjson.loads(msg.data)
+            sent[body["id"]] = float(body["sent_at"])
             return
         kind = nats_kind(prefix, msg.subject)
-        if kind is not None:
-            marks.append((now, kind))
+        if kind is None:
+            return
+        marks.append((now, kind))
+        if kind == "reply":
+            replied.setdefault(orjson.loads(msg.data).get("reply_to"), now)
 
     for subject in (f"{prefix}.>", f"$JS.ACK.{subjects.inbound_stream}.>"):
         await tap.subscribe(subject, cb=on_msg, pending_msgs_limit=10_000_000, pending_bytes_limit=2**34)
     await tap.flush()
     log_path = work / "service.counters"
-    config = ServiceConfig(server.url, prefix, work / f"{prefix}.db")
-    env = {**config.env(), "BENCH_PROFILE_OUT": str(log_path), "BENCH_PROFILE_OFF": "1"}
-    child = Child(["-m", "bench.profiled_service"], env, work / "service.log")
+    if worker == "floor":
+        child = await start_floor(server.url, prefix, orjson.dumps(FLOOR_SHAPE.as_dict()).decode(), work / "floor.log", 600)
+        await nc.publish(f"{prefix}.bench.go", b"")
+    else:
+        config = ServiceConfig(server.url, prefix, work / f"{prefix}.db")
+        env = {**config.env(), "BENCH_PROFILE_OUT": str(log_path), "BENCH_PROFILE_OFF": "1"}
+        child = Child(["-m", "bench.profiled_service"], env, work / "service.log")
     driver = Driver(nc, subjects, Meters(server_meter, server_meter))
+    commit_log: list[list[Any]] = []
     try:
-        await child.wait_ready(READY_MARKER, READY_TIMEOUT_S)
+        if worker != "floor":
+            await child.wait_ready(READY_MARKER, READY_TIMEOUT_S)
         await driver.attach()
         sids = session_ids(uuid.uuid4().hex[:8], 1)
         await driver.rounds(sids, 2, lambda r: "first turn", 60)
-        os.kill(child.pid, signal.SIGUSR1)
+        if worker != "floor":
+            os.kill(child.pid, signal.SIGUSR1)
         await asyncio.sleep(0.2)  # the signal handler has run (bounded; the window only needs to open before the first publish)
         active = True
         paced = await driver.paced(message_plan(sids, messages, plain_text), rate, 1, 60)
         await asyncio.sleep(0.5)  # the last message's events and marks after its reply (a bound, not a wait for a result)
         await tap.flush()
         active = False
-        os.kill(child.pid, signal.SIGUSR2)
-        json_path = Path(str(log_path) + ".json")
-        if not await wait_until(json_path.exists, 60, 0.1):
-            raise RuntimeError("the service wrote no commit log")
-        await asyncio.sleep(0.2)  # the file is written in one call; let it finish
-        counters = orjson.loads(await asyncio.to_thread(json_path.read_bytes))
+        if worker != "floor":
+            os.kill(child.pid, signal.SIGUSR2)
+            json_path = Path(str(log_path) + ".json")
+            if not await wait_until(json_path.exists, 60, 0.1):
+                raise RuntimeError("the service wrote no commit log")
+            await asyncio.sleep(0.2)  # the file is written in one call; let it finish
+            commit_log = orjson.loads(await asyncio.to_thread(json_path.read_bytes))["commit_log"]
     finally:
         await child.stop()
         await driver.detach()
@@ -190,15 +228,20 @@ async def measure(messages: int, rate: float, work: Path) -> dict[str, Any]:
         await tap.close()
         await nc.close()
         await server.stop()
-    msgs = per_message(origins, marks + commit_marks(counters["commit_log"]))
-    commit_durations = [(at - first) * 1000 for first, at, _ in counters["commit_log"]]
+    ids = sorted(sent, key=sent.__getitem__)
+    origins = [sent[i] for i in ids]
+    alone = isolated(origins, [replied.get(i) for i in ids])
+    msgs = [m for m, keep in zip(per_message(origins, marks + commit_marks(commit_log)), alone, strict=True) if keep]
+    commit_durations = [(at - first) * 1000 for first, at, _ in commit_log]
     return {
+        "worker": worker,
         "messages": messages,
         "rate_per_s": rate,
         "answered": paced.answered,
+        "isolated": len(msgs),
         "reply_latency": paced.latency.as_dict(),
         "marks": summarise(msgs),
-        "sql_commits_per_msg": len(counters["commit_log"]) / max(len(origins), 1),
+        "sql_commits_per_msg": len(commit_log) / max(len(origins), 1) if commit_log else None,
         "sql_first_write_to_commit_ms_median": statistics.median(commit_durations) if commit_durations else None,
         "load_average": os.getloadavg(),
     }
@@ -206,11 +249,15 @@ async def measure(messages: int, rate: float, work: Path) -> dict[str, Any]:
 
 def table(r: dict[str, Any]) -> str:
     lat = r["reply_latency"]
-    lines = [
-        f"one session, {r['messages']} plain messages at {r['rate_per_s']:g}/s ({r['answered']} answered;"
-        f" driver reply latency p50 {lat['p50_ms']:.2f} ms, p99 {lat['p99_ms']:.2f} ms);"
+    sql = (
         f" {r['sql_commits_per_msg']:.2f} SQL commits/msg, first write → commit call median"
-        f" {r['sql_first_write_to_commit_ms_median'] or float('nan'):.3f} ms; load average {r['load_average'][0]:.1f}",
+        f" {r['sql_first_write_to_commit_ms_median'] or float('nan'):.3f} ms;"
+        if r["sql_commits_per_msg"] else ""
+    )
+    lines = [
+        f"{r['worker']}, one session, {r['messages']} plain messages at {r['rate_per_s']:g}/s ({r['answered']} answered,"
+        f" {r['isolated']} alone: summarised; driver reply latency p50 {lat['p50_ms']:.2f} ms, p99 {lat['p99_ms']:.2f} ms);"
+        f"{sql} load average {r['load_average'][0]:.1f}",
         f"{'mark':<44} {'median ms':>9} {'step ms':>8} {'p90 ms':>8} {'share':>6}",
     ]
     lines += [
@@ -221,19 +268,20 @@ def table(r: dict[str, Any]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--messages", type=int, default=200)
-    parser.add_argument("--rate", type=float, default=20.0, help="messages per second (keep it far below capacity)")
+    parser.add_argument("--messages", type=int, default=100)
+    parser.add_argument("--rate", type=float, default=5.0, help="messages per second (keep it far below capacity)")
+    parser.add_argument("--worker", choices=["turnstile", "floor"], default="turnstile")
     parser.add_argument("--out", type=Path, default=ROOT / "var" / "bench")
     args = parser.parse_args()
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     work = args.out / f"work-timeline-{stamp}"
     work.mkdir(parents=True, exist_ok=True)
     try:
-        result = asyncio.run(asyncio.wait_for(measure(args.messages, args.rate, work), 600))
+        result = asyncio.run(asyncio.wait_for(measure(args.messages, args.rate, work, args.worker), 600))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     result["started_at"] = stamp
-    (args.out / "timeline-latest.json").write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
+    (args.out / f"timeline-{args.worker}-latest.json").write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
     print(table(result), flush=True)
 
 

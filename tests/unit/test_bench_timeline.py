@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.timeline import commit_marks, nats_kind, per_message, summarise
+from bench.timeline import commit_marks, isolated, nats_kind, per_message, summarise
 
 
 def test_nats_subjects_map_to_timeline_kinds() -> None:
@@ -45,3 +45,9 @@ def test_summary_orders_marks_as_they_come_and_steps_are_per_message_medians() -
     assert by["b #1"]["step_ms"] == pytest.approx(1.5)  # 2 and 1
     assert by["c #1"]["step_ms"] == pytest.approx(5.0)  # 7, 1 and (no b in the third message) 6 - 1 = 5
     assert by["b #1"]["share"] == pytest.approx(2 / 3)
+
+
+def test_only_messages_that_ran_alone_are_kept() -> None:
+    origins = [0.0, 1.0, 2.0, 3.0, 4.0]
+    replies = [0.5, 2.5, 2.7, 3.5, None]  # the 2nd overlaps the 3rd; the 5th was never answered
+    assert isolated(origins, replies) == [True, False, False, True, False]
