@@ -47,7 +47,6 @@ from nats.aio.msg import Msg
 from bench.baseline import baseline_settings
 from bench.common import ROOT, Child, ProcessMeter, delete_streams, wait_until
 from bench.driver import Driver, Meters, message_plan, session_ids
-from bench.scenarios import plain_text
 from bench.shape import PublishShape, StreamShape
 from bench.turnstile_load import READY_MARKER, READY_TIMEOUT_S, ServiceConfig, new_prefix, start_floor
 from consumers.nats_server import NatsServer
@@ -154,6 +153,8 @@ FLOOR_SHAPE = PublishShape(
 
 async def measure(messages: int, rate: float, work: Path, worker: str = "turnstile") -> dict[str, Any]:
     """One run; ``worker`` is ``turnstile`` (marks + the service's commit log) or ``floor`` (NATS marks only)."""
+    from bench.scenarios import plain_text  # imports LangGraph (the bench extra): not needed by the pure helpers
+
     conf = work / "nats-open.conf"
     conf.write_text(without_roles((ROOT / "nats.conf").read_text()))
     server = NatsServer(store_dir=work / "nats", config=conf)
