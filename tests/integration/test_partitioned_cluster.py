@@ -206,13 +206,7 @@ async def test_on_a_cluster_a_killed_workers_sessions_move_with_nothing_lost_or_
     assert set(owners.values()) == {pid(b)}
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="known defect (open, issue 13): in a clean-clone CI run on a quiet machine one session's replies "
-    "were not all stored within 90 s after the inbound stream leader's node was SIGKILLed (9 of 11 earlier "
-    "runs passed; the reply-order defect first diagnosed here is fixed: tests/integration/test_reply_order.py). "
-    "Not diagnosed yet: a message left unanswered (or answered late) across the node kill.",
-)
+@pytest.mark.rule("MQ-8")
 @pytest.mark.timeout(240)
 async def test_on_a_cluster_killing_a_nats_node_mid_stream_loses_nothing(
     cnc: Client, nats_cluster: NatsCluster, cluster_settings: Settings, workers: list[ServiceProcess]
