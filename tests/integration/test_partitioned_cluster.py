@@ -17,6 +17,7 @@ import nats
 import orjson
 import pytest
 from nats.aio.client import Client
+from nats.js.errors import ServiceUnavailableError
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -103,21 +104,28 @@ async def publish_until_stored(nc: Client, subjects: Subjects, body: dict[str, o
 async def stored_texts(nc: Client, subjects: Subjects, sid: str, with_ids: bool = False) -> list[str]:
     """The session's replies as the outbound stream holds them, in order (a core subscription may miss
     some while its node is down; the stream is what adapters deliver from)."""
-    js = nc.jetstream()
-    psub = await js.pull_subscribe(subjects.outbound("cli", sid), stream=subjects.outbound_stream)
-    out: list[str] = []
-    try:
-        while True:
-            batch = await psub.fetch(100, timeout=1.0)
-            out += [
-                str(orjson.loads(m.data)["text"]) + (f" ({(m.headers or {}).get('Nats-Msg-Id')})" if with_ids else "")
-                for m in batch
-            ]
-    except (TimeoutError, nats.errors.TimeoutError):
-        pass
-    finally:
-        await psub.unsubscribe()
-    return out
+
+    async def read() -> tuple[list[str]] | None:
+        js = nc.jetstream()
+        psub = await js.pull_subscribe(subjects.outbound("cli", sid), stream=subjects.outbound_stream)
+        out: list[str] = []
+        try:
+            while True:
+                batch = await psub.fetch(100, timeout=1.0)
+                out += [
+                    str(orjson.loads(m.data)["text"])
+                    + (f" ({(m.headers or {}).get('Nats-Msg-Id')})" if with_ids else "")
+                    for m in batch
+                ]
+        except (TimeoutError, nats.errors.TimeoutError):
+            return (out,)
+        except ServiceUnavailableError:  # a new consumer on an R3 stream before its leader is elected
+            return None
+        finally:
+            await psub.unsubscribe()
+
+    found: tuple[list[str]] = await wait_for(read, timeout_s=30, interval_s=0.2, what=f"the stored replies of {sid}")
+    return found[0]
 
 
 async def diagnosis(nc: Client, subjects: Subjects, sid: str, settings: Settings) -> str:
