@@ -98,7 +98,7 @@ async def test_a_message_for_a_new_session_waits_while_the_bound_of_sessions_wit
 
 async def test_idle_loaded_sessions_do_not_count_against_the_bound() -> None:
     # A bound on all loaded actors stalls a drain: idle ones at the cap never retire without new work.
-    registry, runners, gates = gated_registry(2, max_loaded=100)
+    registry, _runners, gates = gated_registry(2, max_loaded=100)
     registry.admission.max_wait_s = 3600.0
     for i in range(10):
         gates.setdefault(f"s{i}", asyncio.Event()).set()
@@ -110,7 +110,7 @@ async def test_idle_loaded_sessions_do_not_count_against_the_bound() -> None:
 
 
 async def test_a_backlog_over_many_sessions_drains_with_never_more_than_the_bound_holding_work() -> None:
-    registry, runners, gates = gated_registry(3, max_loaded=4)
+    registry, _runners, gates = gated_registry(3, max_loaded=4)
     registry.admission.max_wait_s = 3600.0
     most = 0
     served: list[str] = []
