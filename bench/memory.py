@@ -143,6 +143,11 @@ def print_report(r: dict[str, Any]) -> None:
         print(f"  in-process after gc: RSS {_mb(d['rss_before_trim_bytes'])} MB → after malloc_trim(0) {_mb(d['rss_after_trim_bytes'])} MB")
     for name, value in (d.get("pymalloc") or {}).items():
         print(f"  pymalloc {name}: {value / 1e6 if 'bytes' in name else value:,.1f}{' MB' if 'bytes' in name else ''}")
+    cyc = d.get("cyclic_garbage") or {}
+    if cyc:
+        print(f"  cyclic garbage found by the dump's collection: {cyc['objects']:,} objects, {cyc['shallow_bytes'] / 1e6:.1f} MB shallow")
+        for name, count, size in cyc.get("by_type", [])[:12]:
+            print(f"    {size / 1e6:8.2f} MB {count:>9,}  {name}")
     print(f"  live gc objects: {d.get('gc_objects', 0):,}")
     for name, count, size in d.get("by_type", [])[:20]:
         print(f"    {size / 1e6:8.2f} MB {count:>9,}  {name}")

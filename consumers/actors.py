@@ -124,6 +124,14 @@ class SessionActor:
     def start(self) -> None:
         self.idle.set()
         self.task = asyncio.create_task(self._run(), name=f"actor:{self.session_id}")
+        self.task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        # A cancelled (evicted) task keeps its CancelledError, whose traceback holds ``_run``'s frame and
+        # so this actor: with ``task`` still set that is a cycle, which kept every evicted session
+        # (runner, mailbox, last item) until a full gc collection, rare under TURNSTILE_GC_THRESHOLD.
+        if self.task is task:
+            self.task = None
 
     async def wait_idle(self, timeout_s: float) -> bool:
         """Wait until no item is being handled; False after ``timeout_s``."""
