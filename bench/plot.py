@@ -15,6 +15,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: 
 SERIES = (
     ("baseline", "plain", "baseline A (raw nats-py)", "tab:gray", "s", "--"),
     ("baseline", "tools", "baseline A, 2-tool shape", "tab:gray", "^", ":"),
+    ("floor", "plain", "guarantee floor (baseline A + ordering, fences, SQL)", "tab:green", "*", "--"),
     ("turnstile", "plain", "turnstile (1 reply)", "tab:blue", "o", "-"),
     ("turnstile/pg", "plain", "turnstile on PostgreSQL", "tab:purple", "P", "-"),
     ("turnstile", "tools", "turnstile (2 tool calls)", "tab:cyan", "D", "-"),

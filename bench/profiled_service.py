@@ -21,6 +21,7 @@ import os
 import re
 import signal
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 from types import FrameType
@@ -34,12 +35,19 @@ _TABLE = re.compile(r"\b(?:INTO|UPDATE|FROM)\s+\"?(\w+)", re.IGNORECASE)
 
 
 class SqlCounter:
-    """Statements by ``VERB table`` and commits, counted while ``active``."""
+    """Statements by ``VERB table`` and commits, counted while ``active``.
+
+    Also a commit log for bench/timeline.py: per commit (wall time of the transaction's first
+    write, wall time of the commit call, tables written), in ``time.time()``, the clock the bench
+    stamps its NATS observations with.
+    """
 
     def __init__(self) -> None:
         self.active = False
         self.statements: Counter[str] = Counter()
         self.commits = 0
+        self.commit_log: list[tuple[float, float, list[str]]] = []
+        self._written: dict[int, tuple[float, set[str]]] = {}  # per connection: first write, tables
 
     def on_execute(self, conn: Any, cursor: Any, statement: str, params: Any, context: Any, executemany: bool) -> None:
         if not self.active:
@@ -47,10 +55,15 @@ class SqlCounter:
         verb = statement.lstrip().split(None, 1)[0].upper() if statement.strip() else "?"
         m = _TABLE.search(statement)
         self.statements[f"{verb} {m.group(1) if m else ''}".strip()] += 1
+        if m and verb in ("INSERT", "UPDATE", "DELETE"):
+            self._written.setdefault(id(conn), (time.time(), set()))[1].add(m.group(1))
 
     def on_commit(self, conn: Any) -> None:
         if self.active:
             self.commits += 1
+            first, tables = self._written.pop(id(conn), (None, set()))
+            now = time.time()
+            self.commit_log.append((first or now, now, sorted(tables)))
 
 
 def main() -> None:
@@ -63,6 +76,7 @@ def main() -> None:
     def start(_sig: int, _frame: FrameType | None) -> None:
         sql.statements.clear()
         sql.commits = 0
+        sql.commit_log.clear()
         sql.active = True
         if not os.environ.get("BENCH_PROFILE_OFF"):  # hotpath --no-profile: counters and CPU only
             profiler.enable()
@@ -71,7 +85,7 @@ def main() -> None:
         profiler.disable()
         sql.active = False
         profiler.dump_stats(str(out))
-        data = {"sql_statements": dict(sql.statements), "sql_commits": sql.commits}
+        data = {"sql_statements": dict(sql.statements), "sql_commits": sql.commits, "commit_log": sql.commit_log}
         Path(str(out) + ".json").write_bytes(orjson.dumps(data))
 
     signal.signal(signal.SIGUSR1, start)

@@ -17,6 +17,7 @@ WORKERS = (
     ("turnstile", "turnstile (SQLite)"),
     ("turnstile/pg", "turnstile (PostgreSQL)"),
     ("baseline", "baseline A"),
+    ("floor", "guarantee floor (baseline A + turnstile's ordering and durability)"),
     ("lg+nats/pg", "fair peer (nats-py + LangGraph + PostgreSQL)"),
     ("langgraph", "LangGraph + SQLite, in-process"),
 )

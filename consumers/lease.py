@@ -27,6 +27,8 @@ from nats.js.api import KeyValueConfig, StorageType
 from nats.js.errors import BadRequestError, KeyWrongLastSequenceError, NotFoundError
 from nats.js.kv import KeyValue
 
+from consumers.connect import not_now
+
 log = logging.getLogger(__name__)
 
 LEASE_KEY = "owner"
@@ -74,7 +76,7 @@ class OwnershipLease:
         """Wait until the lease is ours (hot standby), then keep renewing it in the background."""
         poll = poll_s if poll_s is not None else max(self.ttl_s / 4, 0.05)
         waited = False
-        while not await self.try_acquire():
+        while not await self._try_acquire_or_wait():
             if not waited:
                 holder = await self.holder()
                 log.info("lease held by %s; standing by", holder)
@@ -82,6 +84,17 @@ class OwnershipLease:
             await asyncio.sleep(poll)
         log.info("lease acquired by %s", self.owner_id)
         self._renewer = asyncio.create_task(self._renew(on_lost), name="lease-renewal")
+
+    async def _try_acquire_or_wait(self) -> bool:
+        """``try_acquire``; False (stand by, ask again) when the broker cannot answer now, e.g. a
+        cluster electing the bucket's leader: a standby never exits for that."""
+        try:
+            return await self.try_acquire()
+        except Exception as exc:
+            if not not_now(exc):
+                raise
+            log.warning("taking the lease: the broker did not answer (%r); asking again", exc)
+            return False
 
     async def still_ours(self) -> bool:
         """Whether this process still holds the lease, read from the bucket now (not from memory).

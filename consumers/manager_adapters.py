@@ -136,9 +136,10 @@ class ManagerEvents:
         self._publisher = publisher
 
     async def emit(self, session_id: str, event_type: str, payload: Any) -> None:
-        sent = await self._publisher.emit(session_id, event_type, payload)
         if event_type == "session.updated" and payload.get("change") in self.PIPELINED_CHANGES:
+            await self._publisher.emit_unwatched(session_id, event_type, payload)  # a refusal is logged
             return
+        sent = await self._publisher.emit(session_id, event_type, payload)
         if not await self._publisher.settle([sent]):
             log.warning("event %s of %s not acknowledged by the broker", event_type, session_id)
 

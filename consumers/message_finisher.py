@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from consumers.backoff import compute_backoff_s
@@ -39,11 +39,12 @@ class TurnFinisher:
         self._inbox = inbox
         self._on_done = on_done
         self._tasks: set[asyncio.Task[None]] = set()
+        self._settling: set[_Settling] = set()
 
     @property
     def busy(self) -> bool:
         """True while a finished turn's publishes or writes are still landing."""
-        return bool(self._tasks)
+        return bool(self._tasks or self._settling)
 
     def spawn(
         self,
@@ -52,8 +53,35 @@ class TurnFinisher:
         behind: list[asyncio.Future[Any]],
         republish: Republish,
     ) -> None:
-        """Finish ``staged`` once ``behind`` writes landed and ``unsettled`` publishes were acked."""
-        task = asyncio.create_task(self._finish_when_settled(staged, unsettled, behind, republish))
+        """Finish ``staged`` once ``behind`` writes landed and ``unsettled`` publishes were acked.
+
+        The usual case (every ack in, every write landed) needs no task: a done-callback on each
+        future still pending counts them down, and one timer stands for ``settle``'s timeout.
+        A refused or missing ack hands over to a task that republishes."""
+        pending = [f for f in (*behind, *unsettled) if not f.done()]
+        if not pending:
+            self._settled(staged, unsettled, behind, republish)
+            return
+        self._settling.add(_Settling(self, staged, unsettled, behind, republish, pending))
+
+    def _settled(
+        self,
+        staged: StagedMessage,
+        unsettled: list[asyncio.Future[Any]],
+        behind: list[asyncio.Future[Any]],
+        republish: Republish,
+    ) -> None:
+        """Every future is done: finish, or retry what was not acknowledged (in a task)."""
+        for future in behind:  # like ``gather(..., return_exceptions=True)``: failures were logged
+            if not future.cancelled():
+                future.exception()
+        if all(not f.cancelled() and f.exception() is None for f in unsettled):
+            self.finish(staged)
+            return
+        self._start(self._retry(staged, republish, settled=False))
+
+    def _start(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -65,7 +93,9 @@ class TurnFinisher:
         republish: Republish,
     ) -> None:
         await asyncio.gather(*behind, return_exceptions=True)
-        settled = await self._pub.settle(unsettled)
+        await self._retry(staged, republish, settled=await self._pub.settle(unsettled))
+
+    async def _retry(self, staged: StagedMessage, republish: Republish, *, settled: bool) -> None:
         for attempt in range(RETRY_ATTEMPTS):
             if settled:
                 self.finish(staged)
@@ -75,7 +105,7 @@ class TurnFinisher:
             # Doubling from the base; the cap is never reached within RETRY_ATTEMPTS.
             delay_s = compute_backoff_s(attempt + 1, base_s=RETRY_BASE_DELAY_S, max_s=RETRY_BASE_DELAY_S * 2**RETRY_ATTEMPTS)
             await asyncio.sleep(delay_s)
-            unsettled = []
+            unsettled: list[asyncio.Future[Any]] = []
             try:
                 await republish(unsettled)
             except Exception as exc:  # e.g. the outbound stream unreadable: the next attempt tries again
@@ -95,5 +125,68 @@ class TurnFinisher:
 
     async def wait(self) -> None:
         """Wait until every spawned finish has completed (tests, shutdown)."""
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        while self._tasks or self._settling:
+            waits = [w.done() for w in self._settling]
+            await asyncio.gather(*list(self._tasks), *waits, return_exceptions=True)
+
+
+class _Settling:
+    """One message's futures still pending, counted down by done-callbacks (``TurnFinisher.spawn``)."""
+
+    __slots__ = ("_behind", "_finisher", "_left", "_over", "_republish", "_staged", "_timer", "_unsettled", "_waiters")
+
+    def __init__(
+        self,
+        finisher: TurnFinisher,
+        staged: StagedMessage,
+        unsettled: list[asyncio.Future[Any]],
+        behind: list[asyncio.Future[Any]],
+        republish: Republish,
+        pending: list[asyncio.Future[Any]],
+    ) -> None:
+        self._finisher = finisher
+        self._staged = staged
+        self._unsettled = unsettled
+        self._behind = behind
+        self._republish = republish
+        self._left = len(pending)
+        self._over = False
+        self._waiters: list[asyncio.Future[None]] = []
+        self._timer = asyncio.get_running_loop().call_later(finisher._pub.timeout_s, self._timed_out)
+        for future in pending:
+            future.add_done_callback(self._one_done)
+
+    def done(self) -> asyncio.Future[None]:
+        """A future that settles when this message is handed on (finished or retried in a task)."""
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        return waiter
+
+    def _one_done(self, _future: asyncio.Future[Any]) -> None:
+        self._left -= 1
+        if self._left or self._over:
+            return
+        self._end()
+        self._finisher._settled(self._staged, self._unsettled, self._behind, self._republish)
+
+    def _timed_out(self) -> None:
+        """``settle``'s timeout: acks still missing are given up on and republished (in a task)."""
+        if self._over:
+            return
+        self._end()
+        finisher = self._finisher
+        if all(f.done() for f in self._behind):
+            for future in self._unsettled:
+                if not future.done():
+                    future.cancel()
+            finisher._settled(self._staged, self._unsettled, self._behind, self._republish)
+        else:  # writes still landing: wait for them in a task, then settle as before
+            finisher._start(finisher._finish_when_settled(self._staged, self._unsettled, self._behind, self._republish))
+
+    def _end(self) -> None:
+        self._over = True
+        self._timer.cancel()
+        self._finisher._settling.discard(self)
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_result(None)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from consumers.nats_server import NatsServer, NatsServerError, free_port
+from consumers.nats_server import PORT_ATTEMPTS, PORT_TAKEN, NatsServer, NatsServerError, free_port
 
 FORMED_TIMEOUT_S = 60.0  # three servers electing a meta leader on a loaded 2-core machine
 _POLL_S = 0.1
@@ -90,21 +90,31 @@ class NatsCluster:
         return args
 
     async def start(self) -> NatsCluster:
-        if not self.nodes:
-            self.nodes = [
-                ClusterNode(
-                    name=f"{self.name}-n{i + 1}", port=self.base_port + i if self.base_port else free_port(), cluster_port=free_port(),
-                    monitor_port=free_port(), store_dir=self.store_root / f"n{i + 1}",
-                )
-                for i in range(self.size)
-            ]
-        try:
-            await asyncio.gather(*(self._start_node(node) for node in self.nodes if not node.running))
-            await self.wait_formed()
-        except BaseException:
-            await self.stop()
-            raise
-        return self
+        for attempt in range(PORT_ATTEMPTS):
+            chosen = not self.nodes
+            if chosen:
+                self.nodes = [self._new_node(i, attempt) for i in range(self.size)]
+            try:
+                await asyncio.gather(*(self._start_node(node) for node in self.nodes if not node.running))
+                await self.wait_formed()
+                return self
+            except NatsClusterError as exc:
+                await self.stop()
+                if not (chosen and self.base_port == 0 and PORT_TAKEN in str(exc)) or attempt == PORT_ATTEMPTS - 1:
+                    raise
+                # Another process bound a port between its choice and the node's bind: choose again.
+                self.nodes = []
+            except BaseException:
+                await self.stop()
+                raise
+        raise AssertionError("unreachable")  # the last attempt returns or raises
+
+    def _new_node(self, i: int, attempt: int) -> ClusterNode:
+        store = f"n{i + 1}" if attempt == 0 else f"n{i + 1}-{attempt}"  # a fresh store for fresh peers
+        return ClusterNode(
+            name=f"{self.name}-n{i + 1}", port=self.base_port + i if self.base_port else free_port(),
+            cluster_port=free_port(), monitor_port=free_port(), store_dir=self.store_root / store,
+        )
 
     async def _start_node(self, node: ClusterNode) -> None:
         node.server = NatsServer(

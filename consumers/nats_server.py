@@ -36,6 +36,10 @@ def nats_server_binary() -> str:
     return found
 
 
+PORT_ATTEMPTS = 3  # a free port is chosen before the server binds it: another process may take it first
+PORT_TAKEN = "address already in use"
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -66,8 +70,19 @@ class NatsServer:
         return f"nats://127.0.0.1:{self.port}"
 
     async def start(self) -> NatsServer:
-        if not self.port:
+        if self.port:
+            return await self._start()
+        for attempt in range(PORT_ATTEMPTS):
             self.port = free_port()
+            try:
+                return await self._start()
+            except NatsServerError as exc:
+                # Another process bound the port between its choice and the server's bind: choose again.
+                if PORT_TAKEN not in str(exc) or attempt == PORT_ATTEMPTS - 1:
+                    raise
+        raise AssertionError("unreachable")  # the last attempt returns or raises
+
+    async def _start(self) -> NatsServer:
         self.store_dir.mkdir(parents=True, exist_ok=True)
         args = [nats_server_binary(), "-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", str(self.store_dir)]
         if self.config is not None:

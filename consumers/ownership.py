@@ -44,7 +44,7 @@ from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig, StorageType
 from nats.js.errors import BadRequestError, KeyWrongLastSequenceError, NotFoundError
 from nats.js.kv import KeyValue
-from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_exponential
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from consumers.lease import new_owner_id
 from consumers.partitions import fair_share
@@ -165,7 +165,7 @@ class PartitionOwnership:
         # A cluster that just created the buckets may not have elected their leaders yet.
         async for attempt in AsyncRetrying(
             wait=wait_exponential(multiplier=0.1, max=2.0), stop=stop_after_delay(START_PATIENCE_S), reraise=True,
-            retry=retry_if_exception_type(Exception),
+            retry=retry_if_exception_type(Exception), before_sleep=_log_join_retry,
         ):
             with attempt:
                 await self._heartbeat()
@@ -337,6 +337,12 @@ class PartitionOwnership:
         if self._kv is None:
             self._kv = await self._open(self._bucket, self.ttl_s)
         return self._kv
+
+
+def _log_join_retry(state: RetryCallState) -> None:
+    outcome = state.outcome
+    log.warning("joining the partition members: the bucket did not answer (attempt %d: %r); retrying",
+                state.attempt_number, outcome.exception() if outcome is not None else None)
 
 
 def _pkey(partition: int) -> str:

@@ -43,7 +43,8 @@ class StreamAcks:
         self._nc = nc
         self._prefix = ""
         self._next = 0
-        self._waiting: dict[str, tuple[asyncio.Future[int], bool]] = {}
+        # token -> (the future of its ack, or None when nobody waits for it; log a refusal)
+        self._waiting: dict[str, tuple[asyncio.Future[int] | None, bool]] = {}
         self._sweep_at = SWEEP_MIN
 
     async def _ensure_inbox(self) -> None:
@@ -61,6 +62,17 @@ class StreamAcks:
         learn that one of a batch failed). SubjectTooLong (nothing sent) when the subject
         would not fit the server's control line.
         """
+        token = await self._token(subject)
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        await self._send(token, future, subject, payload, headers, log_failure)
+        return future
+
+    async def send_unwatched(self, subject: str, payload: bytes, headers: dict[str, str] | None = None) -> None:
+        """Publish now with an ack nobody waits for (no future): a refusal is only logged."""
+        await self._send(await self._token(subject), None, subject, payload, headers, True)
+
+    async def _token(self, subject: str) -> str:
+        """The next reply token; SubjectTooLong when ``subject`` would not fit the control line."""
         if not self._prefix:
             await self._ensure_inbox()
         self._next += 1
@@ -68,7 +80,12 @@ class StreamAcks:
         line = len(subject.encode()) + len(self._prefix) + len(token) + CONTROL_LINE_RESERVE_BYTES
         if line > MAX_CONTROL_LINE_BYTES:
             raise SubjectTooLong(f"subject of {len(subject.encode())} bytes does not fit the server's control line")
-        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        return token
+
+    async def _send(
+        self, token: str, future: asyncio.Future[int] | None, subject: str, payload: bytes,
+        headers: dict[str, str] | None, log_failure: bool,
+    ) -> None:
         if len(self._waiting) >= self._sweep_at:
             self._sweep()
         # No done-callbacks on the hot path (each costs a loop callback when the ack lands): the
@@ -79,11 +96,11 @@ class StreamAcks:
         except BaseException:
             self._waiting.pop(token, None)  # not sent (or not known to be): no ack will name it
             raise
-        return future
 
     def _sweep(self) -> None:
-        """Forget futures nobody waits for any more (cancelled after a timeout, their ack never came)."""
-        self._waiting = {t: w for t, w in self._waiting.items() if not w[0].done()}
+        """Forget acks nobody waits for any more (cancelled after a timeout; unwatched ones not
+        answered by now: the broker answers a stored publish at once)."""
+        self._waiting = {t: w for t, w in self._waiting.items() if w[0] is not None and not w[0].done()}
         self._sweep_at = max(SWEEP_MIN, 2 * len(self._waiting))
 
     async def _on_reply(self, msg: Msg) -> None:
@@ -91,6 +108,10 @@ class StreamAcks:
         if waiting is None:
             return
         future, log_failure = waiting
+        if future is None:
+            if log_failure:
+                self._log_refusal(msg)
+            return
         if future.done():
             return
         if msg.headers and msg.headers.get("Status") == NO_RESPONDERS:
@@ -108,6 +129,20 @@ class StreamAcks:
                 self._fail(future, exc, log_failure)
         else:
             future.set_result(int(ack.get("seq", 0)))
+
+    @staticmethod
+    def _log_refusal(msg: Msg) -> None:
+        """An unwatched publish's ack: log it when it says the publish was not stored."""
+        if msg.headers and msg.headers.get("Status") == NO_RESPONDERS:
+            log.error("a pipelined publish was not acknowledged: %r", NoStreamResponseError())
+            return
+        try:
+            ack = orjson.loads(msg.data)
+        except orjson.JSONDecodeError as exc:
+            log.error("a pipelined publish was not acknowledged: %r", exc)
+            return
+        if "error" in ack:
+            log.error("a pipelined publish was not acknowledged: %r", ack["error"])
 
     @staticmethod
     def _fail(future: asyncio.Future[int], exc: Exception, log_failure: bool) -> None:
@@ -195,6 +230,11 @@ class Publisher:
         """Publish an event (wire model ``schemas.wire.Event``) on ``<prefix>.events.<sid>.<type>``; pipelined."""
         event = {"type": event_type, "session_id": session_id, "at": time.time(), "data": data}
         return await self._publish_pipelined(self.subjects.event(session_id, event_type), orjson.dumps(event))
+
+    async def emit_unwatched(self, session_id: str | None, event_type: str, data: dict[str, Any]) -> None:
+        """``emit`` whose ack nobody waits for (no future is made); a refusal is logged."""
+        event = {"type": event_type, "session_id": session_id, "at": time.time(), "data": data}
+        await self._acks.send_unwatched(self.subjects.event(session_id, event_type), orjson.dumps(event))
 
     async def outbound(self, platform: str, reply: OutboundReply) -> asyncio.Future[Any]:
         """Publish a reply with ``Nats-Msg-Id`` = ``<sid>:<turn>:<seq>`` (a resumed turn cannot duplicate it); pipelined."""

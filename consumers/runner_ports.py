@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Protocol
 
 from core.engine import Session, SessionOptions
@@ -35,5 +36,11 @@ class SessionRecords(Protocol):
     async def turn_ended(
         self, session_id: str, outcome: str, error: str | None, ended_at: float, usage: tuple[int, int] | None = None
     ) -> Any: ...
+
+    def turn_started_behind(self, session_id: str) -> asyncio.Future[None] | None: ...
+
+    def turn_ended_behind(
+        self, session_id: str, outcome: str, error: str | None, ended_at: float, usage: tuple[int, int] | None = None
+    ) -> asyncio.Future[None] | None: ...
 
     def origin_chat_of(self, session_id: str) -> OriginChat | None: ...

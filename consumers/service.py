@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from consumers.actors import ActorRegistry
 from consumers.bootstrap import Connections, Replacements, Runtime, bootstrap
-from consumers.connect import wait_for_broker
+from consumers.connect import patiently, wait_for_broker
 from consumers.http_server import HttpServer
 from consumers.inbound_loop import InboundLoop
 from consumers.inspector import inspector_routes
@@ -173,7 +173,10 @@ class TurnstileService:
         self._opened.push_async_callback(self._release_ownership, lease)
         self._set_role("starting")
         await migrate(db, allow_foreign_tables=s.database_allow_foreign_tables)
-        await ensure_streams(js, s, self.subjects)
+        await patiently(
+            lambda: ensure_streams(js, s, self.subjects), "setting up the streams",
+            None if patient else s.connect_timeout_s,
+        )
         runtime = bootstrap(
             s, connections, metrics=self.metrics, still_owner=lease.still_ours, replace=self._replace
         )

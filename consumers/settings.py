@@ -172,7 +172,7 @@ class Settings(BaseSettings):
     )
     connect_timeout_s: float = Field(
         60.0, gt=0,
-        description="at start, how long to retry reaching the broker before exiting with code 4",
+        description="at start, how long to retry reaching the broker, and its JetStream set-up requests while it cannot answer (a cluster electing leaders), before exiting with code 4",
     )
 
     # streams

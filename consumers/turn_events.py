@@ -3,7 +3,6 @@ manager's SM-13..16 records, pipelined into the item's ``ItemPublishes``."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -53,7 +52,9 @@ class TurnEvents:
         ``<prefix>.stream.<platform>.<sid>`` (``consumers/turn_stream.py``)."""
         log_context(turn_id=str(engine.turn_id))
         self._started_at = time.monotonic()
-        self._publishes.behind.append(asyncio.ensure_future(self._book.turn_started(self.session_id)))
+        started = self._book.turn_started_behind(self.session_id)
+        if started is not None:
+            self._publishes.behind.append(started)
         self._publishes.unsettled.append(await self._pub.emit(self.session_id, "turn.started", {
             **data, "turn_id": engine.turn_id, "mode": engine.state.mode.kind, "generation": generation,
         }))
@@ -88,9 +89,9 @@ class TurnEvents:
                 await self._pub.emit(self.session_id, "usage", {"input": tokens_in, "output": tokens_out})
             )
         # SM-15's usage rides on the turn's end: one record write, one ``session.updated``.
-        self._publishes.behind.append(
-            asyncio.ensure_future(self._book.turn_ended(self.session_id, outcome, error, self._clock(), usage=usage))
-        )
+        ended = self._book.turn_ended_behind(self.session_id, outcome, error, self._clock(), usage=usage)
+        if ended is not None:
+            self._publishes.behind.append(ended)
         self._publishes.unsettled.append(await self._pub.emit(self.session_id, "turn.ended", {
             **data, "turn_id": engine.turn_id, "outcome": outcome, "error": error, "mode": engine.state.mode.kind,
             "status": engine.status, "generation": generation,

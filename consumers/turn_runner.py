@@ -47,7 +47,7 @@ from consumers.turn_steps import Checkpointer, TurnPlan, TurnResult, TurnSteps
 from core.engine import FORMAT_VERSION, Session, SessionOptions, TurnExhausted
 from core.engine.policy import MidTurnAction, MidTurnPolicy, decide_mid_turn
 from core.engine.snapshot import EncodedSnapshot
-from core.errors import Cancelled, CheckpointFailed, StaleGeneration, TurnstileError
+from core.errors import Cancelled, CheckpointFailed, StaleGeneration, TurnstileError, Unavailable
 from core.sessions.rules import from_elsewhere
 from core.store.inbox import SqlInbox, StagedMessage
 from schemas.wire import Checkpoint, InboundMessage
@@ -413,7 +413,10 @@ class TurnRunner:
         except Cancelled:
             self._operation = None
             return await self._stopped(engine, checkpoint)
-        except CheckpointFailed:
+        except (CheckpointFailed, Unavailable):
+            # Not the turn's failure: a checkpoint or journal write refused or unreachable (the store
+            # away, or the partition moved: OwnershipLost). The message stays staged and is retried,
+            # or served by the new owner; finishing it as a failed turn would leave it unanswered.
             raise
         except TurnExhausted as exc:
             # The turn stays pending and exhausted (KS-9): the next message closes it, or session.interrupt.

@@ -6,6 +6,7 @@ write goes repository first, then table, then events (see ``writer.py``).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
@@ -410,6 +411,18 @@ class SessionManager:
         """SM-13, SM-14, SM-16: a turn ended (``outcome`` None = blocked, counts as silent); SM-15:
         ``usage`` (input, output tokens) is added in the same write and ``session.updated``."""
         return await self._turns.ended(session_id, outcome, error, ended_at, usage)
+
+    def turn_started_behind(self, session_id: str) -> asyncio.Future[None] | None:
+        """``turn_started`` without waiting: the future settles once the write and its
+        ``session.updated`` are done (None: no such session). The worker's hot path."""
+        return self._turns.started_behind(session_id)
+
+    def turn_ended_behind(
+        self, session_id: str, outcome: str | None, error: str | None = None, ended_at: float | None = None,
+        usage: tuple[int, int] | None = None,
+    ) -> asyncio.Future[None] | None:
+        """``turn_ended`` without waiting (see ``turn_started_behind``)."""
+        return self._turns.ended_behind(session_id, outcome, error, ended_at, usage)
 
     async def add_usage(self, session_id: str, input_tokens: int, output_tokens: int) -> SessionRecord | None:
         """SM-15: add the session's own model usage; unknown sessions are ignored (None)."""

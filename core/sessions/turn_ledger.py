@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 
 from core.sessions import turn_records
 from core.sessions.records import SessionRecord
-from core.sessions.writer import SessionWriter, event_payload
+from core.sessions.writer import SessionWriter
 
 log = logging.getLogger(__name__)
 
@@ -25,8 +24,11 @@ class TurnLedger:
         """How many turns of ``session_id`` are running."""
         return self._running.get(session_id, 0)
 
-    async def started(self, session_id: str) -> SessionRecord | None:
-        """A turn started: count it and make the session ``active``."""
+    def started_behind(self, session_id: str) -> asyncio.Future[None] | None:
+        """A turn started: count it and make the session ``active``, written behind.
+
+        The returned future settles once the write and its ``session.updated`` are done (None:
+        no such session). The worker's hot path holds it instead of awaiting a task per call."""
 
         def change(record: SessionRecord) -> SessionRecord:
             self._running[session_id] = self.running(session_id) + 1
@@ -34,16 +36,18 @@ class TurnLedger:
 
         # Lazy: it shares the turn's next journal transaction instead of committing alone. A crash
         # before that loses only what the turn's end (or the next turn's) writes again in full.
-        return await self._write_behind(session_id, change, "turn_started", lazy=True)
+        return self._writer.change_behind(session_id, change, "turn_started", lazy=True)
 
-    async def ended(
+    def ended_behind(
         self, session_id: str, outcome: str | None, error: str | None, ended_at: float | None,
         usage: tuple[int, int] | None = None,
-    ) -> SessionRecord | None:
+    ) -> asyncio.Future[None] | None:
         """A turn ended: last_turn, last_reply_at, and the status when it was the last running turn.
 
         ``usage`` (input, output tokens the turn used) is added in the same change, so the turn's
-        end and its usage are one record write and one ``session.updated`` (SM-15's event)."""
+        end and its usage are one record write and one ``session.updated`` (SM-15's event).
+        Written behind like ``started_behind``; the turn's end is not lazy: it adds the turn's
+        tokens (SM-15), which nothing writes again."""
         checked = turn_records.checked_outcome(outcome)
         left = max(0, self.running(session_id) - 1)
         if left:
@@ -57,31 +61,37 @@ class TurnLedger:
                 record = turn_records.usage_added(record, *usage)
             return turn_records.turn_ended(record, checked, error, at, other_turns_running=left > 0)
 
-        return await self._write_behind(session_id, change, "turn_ended")
+        return self._writer.change_behind(session_id, change, "turn_ended")
+
+    async def started(self, session_id: str) -> SessionRecord | None:
+        """``started_behind``, returning the record once its write landed."""
+        return await self._landed(session_id, self.started_behind(session_id), "turn_started")
+
+    async def ended(
+        self, session_id: str, outcome: str | None, error: str | None, ended_at: float | None,
+        usage: tuple[int, int] | None = None,
+    ) -> SessionRecord | None:
+        """``ended_behind``, returning the record once its write landed."""
+        written = self.ended_behind(session_id, outcome, error, ended_at, usage)
+        return await self._landed(session_id, written, "turn_ended")
 
     async def usage(self, session_id: str, input_tokens: int, output_tokens: int) -> SessionRecord | None:
         """Add model usage to an existing session (usage never creates one)."""
-        return await self._write_behind(
+        written = self._writer.change_behind(
             session_id, lambda record: turn_records.usage_added(record, input_tokens, output_tokens), "usage"
         )
+        return await self._landed(session_id, written, "usage")
 
-    async def _write_behind(
-        self, session_id: str, change: Callable[[SessionRecord], SessionRecord], why: str, *, lazy: bool = False
-    ) -> SessionRecord | None:
-        """Change one record under the writer lock, write it outside the lock, then emit.
+    async def _landed(self, session_id: str, written: asyncio.Future[None] | None, why: str) -> SessionRecord | None:
+        """Wait for a change's write (and its ``session.updated``); the record as it now is.
 
-        ``session.updated`` is emitted for every call (SM-15 asks it for usage; the turn
-        changes carry ``last_turn``/``status`` to watchers), with the record as it now is.
+        ``session.updated`` is emitted for every change (SM-15 asks it for usage; the turn
+        changes carry ``last_turn``/``status`` to watchers), by the writer once the write landed.
         """
-        # The turn's end is not lazy: it adds the turn's tokens (SM-15), which nothing writes again.
-        written = await self._writer.change_behind(session_id, change, lazy=lazy)
         if written is None:
             return None
         try:
             await asyncio.shield(written)
         except Exception as exc:
             log.warning("session %s: %s not persisted yet (%r); the next write carries it", session_id, why, exc)
-        current = self._table.get(session_id)
-        if current is not None:
-            await self._writer.emit(session_id, "session.updated", event_payload(current, {"change": why}))
-        return current
+        return self._table.get(session_id)

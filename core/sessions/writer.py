@@ -57,9 +57,10 @@ class SessionWriter:
         self._lock = asyncio.Lock()
         self._outbox: list[tuple[str, SessionEventType, JsonObject]] = []
         self._deleting: dict[str, asyncio.Event] = {}
-        # Per session: its running write task, and the record (with its waiters' future) queued for it.
+        # Per session: its running write task, and the record queued for it (with its waiters' future,
+        # whether the write may wait for company, and the ``session.updated`` changes to announce).
         self._behind: dict[str, asyncio.Future[None]] = {}
-        self._queued: dict[str, tuple[SessionRecord, asyncio.Future[None], bool]] = {}
+        self._queued: dict[str, tuple[SessionRecord, asyncio.Future[None], bool, list[str]]] = {}
 
     def now(self) -> float:
         """The service clock, epoch seconds."""
@@ -113,48 +114,80 @@ class SessionWriter:
         """
         if not self._lock.locked():
             raise RuntimeError("SessionWriter.apply_behind outside mutation()")
+        return self._put_behind(record, lazy, None)
+
+    def _put_behind(self, record: SessionRecord, lazy: bool, why: str | None) -> asyncio.Future[None]:
+        """``apply_behind`` without the lock check; ``why``: announce the change with ``session.updated``
+        once the write carrying it landed (or failed: the record stands in the table either way)."""
         held = self.table.put(record)
         session_id = held.id
         queued = self._queued.get(session_id)
-        done = queued[1] if queued is not None else asyncio.get_running_loop().create_future()
-        self._queued[session_id] = (held, done, lazy and (queued is None or queued[2]))
+        if queued is None:
+            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            whys: list[str] = []
+        else:
+            done, whys = queued[1], queued[3]
+        if why is not None:
+            whys.append(why)
+        self._queued[session_id] = (held, done, lazy and (queued is None or queued[2]), whys)
         if session_id not in self._behind:
             self._behind[session_id] = asyncio.ensure_future(self._write_queued(session_id))
         elif not lazy:
             self._repository.hurry()  # the session's write in flight may be a lazy one: do not wait behind it
         return done
 
-    async def change_behind(
-        self, session_id: str, change: Callable[[SessionRecord], SessionRecord], *, lazy: bool = False
+    def change_behind(
+        self, session_id: str, change: Callable[[SessionRecord], SessionRecord], why: str, *, lazy: bool = False
     ) -> asyncio.Future[None] | None:
-        """Under the writer lock, ``apply_behind`` the changed held record; None when it is not held.
+        """``apply_behind`` the changed held record and announce it (``session.updated`` with ``change``
+        = ``why``, the record as it is once the write landed); None when the record is not held.
 
-        The turn bookkeeping's whole locked step is synchronous and queues no events, so it takes
-        the bare lock rather than ``mutation()`` (whose outbox would always be empty here).
+        The returned future settles after the write and the event (a failed write: its exception,
+        already logged; the next write of the session carries the record). The turn bookkeeping's
+        step is synchronous and queues no events, so while no mutation holds the writer lock (the
+        usual case) it runs now, with no task of its own; otherwise a task waits for the lock.
         """
-        async with self._lock:
+        if not self._lock.locked():
             record = self.table.get(session_id)
             if record is None:
                 return None
-            return self.apply_behind(change(record), lazy=lazy)
+            return self._put_behind(change(record), lazy, why)
+        return asyncio.ensure_future(self._change_behind_locked(session_id, change, why, lazy))
+
+    async def _change_behind_locked(
+        self, session_id: str, change: Callable[[SessionRecord], SessionRecord], why: str, lazy: bool
+    ) -> None:
+        async with self._lock:
+            record = self.table.get(session_id)
+            if record is None:
+                return
+            written = self._put_behind(change(record), lazy, why)
+        await asyncio.shield(written)  # shared with other callers: a cancelled waiter leaves it be
 
     async def _write_queued(self, session_id: str) -> None:
-        """The session's write task: write the queued record until no newer one waits."""
+        """The session's write task: write the queued record until no newer one waits, announcing each."""
         done: asyncio.Future[None] | None = None
         try:
             while (queued := self._queued.pop(session_id, None)) is not None:
-                record, done, lazy = queued
+                record, done, lazy, whys = queued
+                failure: Exception | None = None
                 try:
                     await self._repository.apply(StoreChange(sessions=(record,)), lazy=lazy)
                 except Exception as exc:
                     # The next write of the session carries the full record anyway.
                     log.warning("writing session %s failed: %r", session_id, exc)
-                    if not done.done():
-                        done.set_exception(exc)
-                        done.exception()  # logged above: not an "exception never retrieved"
+                    failure = exc
+                for why in whys:
+                    current = self.table.get(session_id)
+                    if current is not None:
+                        await self.emit(session_id, "session.updated", event_payload(current, {"change": why}))
+                if done.done():
+                    continue
+                if failure is not None:
+                    done.set_exception(failure)
+                    done.exception()  # logged above: not an "exception never retrieved"
                 else:
-                    if not done.done():
-                        done.set_result(None)
+                    done.set_result(None)
         finally:
             del self._behind[session_id]
             # Only on cancellation can anything be left unsettled: release its waiters.
@@ -171,9 +204,9 @@ class SessionWriter:
             if not pending:
                 return
             # Someone waits for these: a lazy write among them need not wait for company.
-            for sid, (record, done, _lazy) in list(self._queued.items()):
+            for sid, (record, done, _lazy, whys) in list(self._queued.items()):
                 if session_ids is None or sid in session_ids:
-                    self._queued[sid] = (record, done, False)
+                    self._queued[sid] = (record, done, False, whys)
             self._repository.hurry()
             await asyncio.gather(*pending, return_exceptions=True)
 

@@ -111,7 +111,8 @@ class NotifyingSessionRepository(SqlSessionRepository):
 
     def _apply(self, conn: Connection, change: StoreChange) -> None:
         super()._apply(conn, change)
-        notify(conn, keys_of(change, self.origin))
+        if conn.dialect.name == "postgresql":  # SQLite has no one to tell: the keys need not be gathered
+            notify(conn, keys_of(change, self.origin))
 
 
 async def read_back(engine: AsyncEngine, change: SharedChange) -> StoreChange:

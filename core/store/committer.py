@@ -171,7 +171,9 @@ class GroupCommitter:
                 waited = True
                 try:
                     # A cancelled get leaves its item queued: it comes first in the next batch.
-                    item = await asyncio.wait_for(queue.get(), self._lazy_wait_s)
+                    # ``asyncio.timeout``, not ``wait_for``: no task wrapped around each wait.
+                    async with asyncio.timeout(self._lazy_wait_s):
+                        item = await queue.get()
                 except TimeoutError:
                     break
             if batch:

@@ -8,8 +8,10 @@ SQLITE_BUSY at once, ignoring busy_timeout: aiosqlite #251).
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import orjson
 from sqlalchemy import Engine, MetaData, event
 from sqlalchemy import create_engine as create_sync_engine_
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -44,9 +46,19 @@ def normalise_url(url: str) -> str:
     return url
 
 
+def json_text(value: Any) -> str:
+    """JSON columns' serializer: orjson (compact; 4–20× quicker than ``json.dumps`` on the small
+    values of a session row's JSON columns); what orjson refuses (an integer past 64 bits) goes to ``json``."""
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:
+        return json.dumps(value)
+
+
 def create_db_engine(url: str, *, sqlite_synchronous: str = "NORMAL", **kwargs: Any) -> AsyncEngine:
     """Create the async engine; for SQLite set WAL, busy timeout, ``synchronous`` and immediate transactions."""
     url = normalise_url(url)
+    kwargs.setdefault("json_serializer", json_text)
     if is_sqlite(url):
         # The hot writes go through the GroupCommitter's own writer connection; this pool
         # serves reads (WAL: they never wait for the writer) and the rare other writes.
@@ -97,7 +109,9 @@ def create_sqlite_writer_engine(async_engine: AsyncEngine, synchronous: str = "N
     url = async_engine.url.set(drivername="sqlite")
     # Used from the loop's thread and (when it must wait for the lock) the committer's thread,
     # one transaction at a time: the committer serialises them.
-    db_engine = create_sync_engine_(url, pool_size=1, max_overflow=0, connect_args={"check_same_thread": False})
+    db_engine = create_sync_engine_(
+        url, pool_size=1, max_overflow=0, connect_args={"check_same_thread": False}, json_serializer=json_text
+    )
     _configure_sqlite(db_engine, synchronous, immediate_begin=False)
 
     @event.listens_for(db_engine, "connect")

@@ -52,10 +52,8 @@ class SqlHistoryJournal:
         if not entries:
             return
         rows = [
-            {
-                "session_id": session_id, "generation": generation, "seq": e.seq, "kind": e.kind.value, "turn_id": e.turn_id,
-                "external_event_id": e.external_event_id, "at": e.at, "payload": orjson.dumps(e.payload).decode(),
-            }
+            (session_id, generation, e.seq, e.kind.value, e.turn_id, e.external_event_id, e.at,
+             orjson.dumps(e.payload).decode())
             for e in entries
         ]
         claims = claims_of(self.fence, [session_id])
@@ -63,7 +61,7 @@ class SqlHistoryJournal:
         def op(conn: Connection) -> bool:
             if not epochs_hold(conn, claims):
                 return False  # an answer, not an error: the group transaction goes on
-            conn.execute(insert(journal_entries), rows)
+            conn.exec_driver_sql(_insert_sql(conn), rows)
             return True
 
         try:
@@ -164,6 +162,28 @@ class SqlHistoryJournal:
         """Flush queued appends (and stop the committer when it is this journal's own)."""
         if self._own_committer:
             await self._committer.aclose()
+
+
+# The columns of an appended row, in the order of the tuples ``append`` builds.
+_ROW_COLUMNS = ("session_id", "generation", "seq", "kind", "turn_id", "external_event_id", "at", "payload")
+_INSERT_SQL: dict[tuple[str, str, str], str] = {}
+
+
+def _insert_sql(conn: Connection) -> str:
+    """The journal's INSERT in the dialect's own parameter style, compiled once per dialect.
+
+    Appends run it with ``exec_driver_sql`` and tuples: no statement compiled, cached or bound
+    per append (every column is a plain string or integer, so there is nothing to convert)."""
+    dialect = conn.dialect
+    key = (dialect.name, dialect.driver, dialect.paramstyle)
+    sql = _INSERT_SQL.get(key)
+    if sql is None:
+        compiled = insert(journal_entries).compile(dialect=dialect, column_keys=list(_ROW_COLUMNS))
+        order = tuple(compiled.positiontup or ())
+        if order != _ROW_COLUMNS:
+            raise RuntimeError(f"journal INSERT binds {order}, not {_ROW_COLUMNS}")
+        sql = _INSERT_SQL[key] = str(compiled)
+    return sql
 
 
 def _translate(session_id: str, entries: list[JournalEntry], exc: Exception) -> Exception:

@@ -171,17 +171,19 @@ async def test_the_finishers_retry_later_than_the_duplicate_window_does_not_stor
     try:
         assert svc.publisher is not None and svc.inbox is not None
         publisher, box = svc.publisher, svc.inbox
-        settle = publisher.settle
-        failed: list[int] = []
+        outbound = publisher.outbound
+        failed: list[str] = []
 
-        async def first_settle_fails(futures: list[asyncio.Future[Any]] | None = None) -> bool:
-            ok = await settle(futures)
-            if futures and len(futures) >= 3 and not failed:  # a finisher's: turn.started, reply, turn.ended
-                failed.append(len(futures))
-                return False
-            return ok
+        async def first_ack_lost(platform: str, reply: Any) -> asyncio.Future[Any]:
+            acked = await outbound(platform, reply)  # sent and stored all the same
+            if failed:
+                return acked
+            failed.append(reply.session_id)
+            lost: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            lost.cancel()  # what ``settle`` leaves of an ack that did not come in time
+            return lost
 
-        monkeypatch.setattr(publisher, "settle", first_settle_fails)
+        monkeypatch.setattr(publisher, "outbound", first_ack_lost)
         sid = f"retry-{uuid.uuid4().hex[:6]}"
         body = inbound(sid, "answer me once")
         await publish_inbound(nc, subjects, body)

@@ -1,16 +1,22 @@
 """The 3-node JetStream cluster the scale-out tests run on (consumers/nats_cluster.py): an R3 stream
-keeps every acknowledged message when one node is SIGKILLed, and the node rejoins on restart."""
+keeps every acknowledged message when one node is SIGKILLed, and the node rejoins on restart; a
+free port another process takes before a node (or a single server) binds it is chosen again."""
 
 from __future__ import annotations
 
 import asyncio
+import socket
 import uuid
+from pathlib import Path
 
 import nats
 import pytest
 from nats.js.api import StreamConfig
 
+import consumers.nats_cluster
+import consumers.nats_server
 from consumers.nats_cluster import NatsCluster
+from consumers.nats_server import NatsServer, free_port
 
 
 @pytest.mark.timeout(120)
@@ -75,3 +81,43 @@ async def test_the_cluster_has_three_nodes_with_one_meta_leader(nats_cluster: Na
     assert len(nats_cluster.urls) == 3
     leader = await nats_cluster.meta_leader()
     assert leader in {node.name for node in nats_cluster.nodes}
+
+
+@pytest.mark.timeout(120)
+async def test_a_port_taken_between_its_choice_and_the_bind_is_chosen_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seen in the suite: a node exited "address already in use" because another process bound the
+    free port it had been given; the cluster chooses its ports again instead of failing."""
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    ports = iter([taken.getsockname()[1]])
+    monkeypatch.setattr(consumers.nats_cluster, "free_port", lambda: next(ports, None) or free_port())
+    cluster = NatsCluster(tmp_path / "cluster", size=3)
+    try:
+        await cluster.start()
+        assert await cluster.wait_formed()
+        assert taken.getsockname()[1] not in [node.port for node in cluster.nodes]
+    finally:
+        await cluster.stop()
+        taken.close()
+
+
+async def test_a_single_servers_port_taken_before_its_bind_is_chosen_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    ports = iter([taken.getsockname()[1]])
+    monkeypatch.setattr(consumers.nats_server, "free_port", lambda: next(ports, None) or free_port())
+    server = NatsServer(store_dir=tmp_path / "nats")
+    try:
+        await server.start()
+        assert server.port != taken.getsockname()[1]
+        nc = await nats.connect(server.url)
+        await nc.close()
+    finally:
+        await server.stop()
+        taken.close()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.report import evaluate_targets, storage_summary
+from bench.report import evaluate_targets, floor_note, storage_summary, with_floor
 
 
 def _row(worker: str, sessions: int, rate: float, p50: float, p99: float, cpu: float, rss: float = 0.0) -> dict[str, Any]:
@@ -73,3 +73,44 @@ def test_storage_summary_lists_every_checkpoints_kept_setting_against_langgraph(
     line = storage_summary(_result()["turns20"])
     assert line.index("2 kept: 50,000 B") < line.index("64 kept: 600,000 B")
     assert "0.12× LangGraph" in line and "1.50× LangGraph" in line
+
+
+def _with_floor() -> dict[str, Any]:
+    result = _result()
+    result["load"].append(_row("floor", 100, 500.0, 4.0, 12.0, 900.0))
+    return result
+
+
+def _target_named(targets: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    return next(t for t in targets if t["target"] == name)
+
+
+def test_the_floor_is_printed_beside_each_baseline_target_but_does_not_judge_it() -> None:
+    targets = evaluate_targets(_with_floor(), ("load",))
+    drain = _target_named(targets, "drain ≥ 0.8× baseline A @ 100 sessions")
+    assert drain["pass"] is True  # still 900 vs 1000 against baseline A
+    assert drain["floor"] == 0.5 and drain["floor_pass"] is False  # the floor itself drains 0.5× baseline A
+    assert drain["over_floor"] == 1.8  # turnstile 900 / floor 500
+    p99 = _target_named(targets, "paced p99 ≤ 2.5× baseline A @ 100 sessions")
+    assert p99["floor"] == 3.0 and p99["floor_pass"] is False  # 12 / 4 ms: lower is better, over the limit
+    assert p99["over_floor"] == 0.75
+    cpu = _target_named(targets, "worker CPU/msg ≤ 1.5× baseline A @ 100 sessions")
+    assert cpu["floor_pass"] is True  # 900 / 700 µs ≤ 1.5
+
+
+def test_floor_note_says_whether_the_floor_meets_the_limit() -> None:
+    targets = evaluate_targets(_with_floor(), ("load",))
+    note = floor_note(_target_named(targets, "drain ≥ 0.8× baseline A @ 100 sessions"))
+    assert note == "; floor 0.50× baseline A (misses the limit too), turnstile 1.80× the floor"
+    assert "meets the limit" in floor_note(_target_named(targets, "paced p50 ≤ 2× baseline A @ 100 sessions"))
+
+
+def test_without_a_floor_row_the_targets_carry_no_floor_figures() -> None:
+    targets = evaluate_targets(_result(), ("load",))
+    assert all("floor" not in t and floor_note(t) == "" for t in targets)
+
+
+def test_with_floor_leaves_a_missing_figure_missing() -> None:
+    target = with_floor({"limit": 0.8}, 10.0, None, 20.0, True)
+    assert target["floor"] is None and target["floor_pass"] is None and target["over_floor"] is None
+    assert floor_note(target) == "; floor: no figure"

@@ -71,3 +71,17 @@ async def test_publishes_given_up_on_are_swept_so_the_waiting_table_stays_bounde
     await nc.ack(nc.sent[-1], {"stream": "S", "seq": 1})
     assert live.result() == 1
     await asyncio.sleep(0)
+
+
+async def test_an_unwatched_publish_makes_no_future_and_logs_a_refusal(caplog: pytest.LogCaptureFixture) -> None:
+    # The write-behind session.updated events: nobody waits for their acks, a refusal is still logged.
+    nc = FakeClient()
+    acks = StreamAcks(nc)  # type: ignore[arg-type]
+    await acks.send_unwatched("a", b"1")
+    await acks.send_unwatched("b", b"2")
+    assert all(future is None for future, _ in acks._waiting.values())
+    await nc.ack(nc.sent[0], {"stream": "S", "seq": 6})
+    with caplog.at_level("ERROR"):
+        await nc.ack(nc.sent[1], {"error": {"code": 503, "err_code": 10077, "description": "maximum messages exceeded"}})
+    assert not acks._waiting
+    assert [r.levelname for r in caplog.records] == ["ERROR"] and "not acknowledged" in caplog.records[0].getMessage()

@@ -231,3 +231,53 @@ async def test_reads_hand_out_the_held_record_with_its_current_children(manager:
     held = manager.get_session(parent.id)
     assert held is not None and held.children == (second.id,) and held.status == "active"
     assert [r.children for r in manager.list_sessions(parent_id=None)] == [(second.id,)]
+
+
+@pytest.mark.rule("SM-16", "SM-32")
+async def test_bookkeeping_behind_is_installed_at_once_and_announced_only_after_its_write(
+    manager: SessionManager, repo: InMemorySessionRepository, sink: RecordingEventSink
+) -> None:
+    # SM-16, SM-32: the worker's variant returns a future at once (no task while the writer lock
+    # is free); the record changes now, session.updated follows the stored write.
+    record = await manager.create_session()
+    sink.clear()
+    repo.gate = asyncio.Event()
+    written = manager.turn_started_behind(record.id)
+    assert written is not None and not written.done()
+    held = manager.get_session(record.id)
+    assert held is not None and held.status == "active" and manager.running_turns(record.id) == 1
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert sink.events == [] and not written.done()  # not announced before it is stored
+    repo.gate.set()
+    await written
+    assert repo.sessions[record.id].status == "active"
+    assert [(e.session_id, e.payload["change"]) for e in sink.events] == [(record.id, "turn_started")]
+    assert manager.turn_started_behind(new_id()) is None
+
+
+@pytest.mark.rule("SM-16", "SM-13")
+async def test_bookkeeping_behind_waits_for_a_mutation_holding_the_writer_lock(
+    manager: SessionManager, repo: InMemorySessionRepository, sink: RecordingEventSink
+) -> None:
+    # SM-16, SM-13: while a structural write holds the writer lock, the change waits its turn
+    # (in a task) and still lands and is announced.
+    parent = await manager.create_session()
+    record = await manager.create_session()
+    await manager.turn_started(record.id)
+    sink.clear()
+    repo.gate = asyncio.Event()
+    child = asyncio.ensure_future(manager.create_child_session(parent.id))  # holds the lock across its write
+    for _ in range(5):
+        await asyncio.sleep(0)
+    written = manager.turn_ended_behind(record.id, "replied", None, 30.0, usage=(2, 3))
+    assert written is not None
+    for _ in range(5):
+        await asyncio.sleep(0)
+    held = manager.get_session(record.id)
+    assert held is not None and held.status == "active"  # not changed while the mutation runs
+    repo.gate.set()
+    await asyncio.gather(child, written)
+    stored = repo.sessions[record.id]
+    assert stored.status == "completed" and stored.last_reply_at == 30.0 and stored.tokens == TokenUsage(2, 3)
+    assert ("turn_ended", record.id) in [(e.payload.get("change"), e.session_id) for e in sink.events]

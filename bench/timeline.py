@@ -1,0 +1,290 @@
+"""``python -m bench.timeline``: where one message's wall time goes in turnstile at one session.
+
+One nats-server and one service process (bench/profiled_service.py with the profiler off:
+the unmodified ``turnstile run`` plus SQLAlchemy listeners that log each commit's wall time
+and the tables it wrote). One session has two first turns, then ``--messages`` plain messages
+are published at ``--rate`` per second (far below capacity). Only messages that ran alone are
+summarised: answered before the next publish, the previous one answered before theirs (on a
+loaded machine some are not). ``--worker floor`` runs bench/floor.py instead (NATS marks only:
+its SQL commits are not logged).
+
+Marks, all in ``time.time()`` of the same machine:
+
+- ``publish``: the bench's publish call (``sent_at`` in the message): the origin;
+- ``commit[tables]``: a service SQL commit (its log, written inside the service; the mark is
+  the commit call, ``first write`` the transaction's first statement), numbered per message;
+- ``inbound ack``, ``checkpoint #n``, ``event <type>``, ``reply``, ``typing``: the service's
+  publishes as a core subscription of the bench sees them arrive at the nats-server (a copy
+  delivered ~0.1 ms after the server routed it).
+
+Per mark: median and p90 offset from the publish over the messages, and in how many messages it
+occurred. The step between consecutive marks is where the time went (a JetStream publish's
+round trip ends when the next mark that waited for its ack appears). Writes
+``var/bench/timeline-<worker>-latest.json`` and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import os
+import shutil
+import signal
+import statistics
+import time
+import uuid
+from bisect import bisect_right
+from collections import Counter, defaultdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import nats
+import orjson
+from nats.aio.msg import Msg
+
+from bench.baseline import baseline_settings
+from bench.common import ROOT, Child, ProcessMeter, delete_streams, wait_until
+from bench.driver import Driver, Meters, message_plan, session_ids
+from bench.shape import PublishShape, StreamShape
+from bench.turnstile_load import READY_MARKER, READY_TIMEOUT_S, ServiceConfig, new_prefix, start_floor
+from consumers.nats_server import NatsServer
+from consumers.settings import Settings
+from consumers.streams import ensure_streams
+from schemas.nats_roles import without_roles
+from schemas.subjects import Subjects
+
+Mark = tuple[float, str]  # (time.time(), kind)
+
+
+def nats_kind(prefix: str, subject: str) -> str | None:
+    """The timeline kind of a core copy of a NATS message of this prefix (None: not a mark)."""
+    if subject.startswith("$JS.ACK."):
+        return "inbound ack"
+    if not subject.startswith(prefix + "."):
+        return None
+    parts = subject[len(prefix) + 1 :].split(".")
+    head = parts[0]
+    if head == "checkpoint":
+        return "checkpoint"
+    if head == "events":
+        return "event " + ".".join(parts[2:])
+    if head == "outbound":
+        return "reply"
+    if head == "stream":
+        return "typing"
+    return None  # inbound (the origin comes from sent_at) and anything else
+
+
+def commit_marks(commit_log: list[list[Any]]) -> list[Mark]:
+    """``commit[tables]`` at each commit call, from the service's log of (first write, commit, tables)."""
+    return [(float(at), f"commit[{'+'.join(tables) or 'no writes'}]") for _first, at, tables in commit_log]
+
+
+def per_message(origins: list[float], marks: list[Mark]) -> list[dict[str, float]]:
+    """Each message's marks as offsets (ms) from its publish, numbered by kind (``checkpoint #2``).
+
+    A mark belongs to the last message published before it (the rate keeps messages apart).
+    """
+    origins = sorted(origins)
+    out: list[dict[str, float]] = [{} for _ in origins]
+    seen: list[Counter[str]] = [Counter() for _ in origins]
+    for at, kind in sorted(marks):
+        i = bisect_right(origins, at) - 1
+        if i < 0:
+            continue
+        seen[i][kind] += 1
+        out[i][f"{kind} #{seen[i][kind]}"] = (at - origins[i]) * 1000
+    return out
+
+
+def isolated(origins: list[float], replies: list[float | None]) -> list[bool]:
+    """Which messages ran alone: answered before the next publish, the previous one answered before
+    this publish (so every mark between two publishes is this message's). Both lists by publish time."""
+    keep = []
+    for i, (origin, reply) in enumerate(zip(origins, replies, strict=True)):
+        next_origin = origins[i + 1] if i + 1 < len(origins) else math.inf
+        previous = replies[i - 1] if i else -math.inf
+        keep.append(reply is not None and reply < next_origin and previous is not None and previous < origin)
+    return keep
+
+
+def summarise(messages: list[dict[str, float]], min_share: float = 0.2) -> list[dict[str, Any]]:
+    """Per mark present in at least ``min_share`` of the messages, in the order marks come within a message.
+
+    Order: mean rank of the mark within its message. Per mark: median and p90 offset from the
+    publish (ms), share of messages, and ``step_ms``: the median, over messages, of the time
+    since the previous mark in this order that the same message has (the time this step took).
+    """
+    offsets: dict[str, list[float]] = defaultdict(list)
+    ranks: dict[str, list[int]] = defaultdict(list)
+    for m in messages:
+        for rank, name in enumerate(sorted(m, key=m.__getitem__)):
+            offsets[name].append(m[name])
+            ranks[name].append(rank)
+    kept = [n for n in offsets if len(offsets[n]) / max(len(messages), 1) >= min_share]
+    kept.sort(key=lambda n: statistics.fmean(ranks[n]))
+    rows = []
+    for i, name in enumerate(kept):
+        steps = []
+        for m in messages:
+            if name not in m:
+                continue
+            prev = next((m[p] for p in reversed(kept[:i]) if p in m), 0.0)
+            steps.append(m[name] - prev)
+        values = sorted(offsets[name])
+        rows.append({
+            "mark": name,
+            "median_ms": statistics.median(values),
+            "p90_ms": values[min(len(values) - 1, int(0.9 * len(values)))],
+            "step_ms": statistics.median(steps),
+            "share": len(values) / max(len(messages), 1),
+        })
+    return rows
+
+
+# The floor's publish shape here (``--worker floor``): a plain turnstile message at one session
+# (2 checkpoints, 5 events, 1 reply; sizes as measured in the load phase, roughly).
+FLOOR_SHAPE = PublishShape(
+    0, {"checkpoint": StreamShape(2.0, 2600.0), "events": StreamShape(5.0, 330.0), "outbound": StreamShape(1.0, 330.0)}
+)
+
+
+async def measure(messages: int, rate: float, work: Path, worker: str = "turnstile") -> dict[str, Any]:
+    """One run; ``worker`` is ``turnstile`` (marks + the service's commit log) or ``floor`` (NATS marks only)."""
+    from bench.scenarios import plain_text  # imports LangGraph (the bench extra): not needed by the pure helpers
+
+    conf = work / "nats-open.conf"
+    conf.write_text(without_roles((ROOT / "nats.conf").read_text()))
+    server = NatsServer(store_dir=work / "nats", config=conf)
+    await server.start()
+    assert server.process is not None
+    server_meter = ProcessMeter(server.process.pid)
+    nc = await nats.connect(server.url)
+    tap = await nats.connect(server.url)
+    prefix = new_prefix("tl")
+    subjects = Subjects(prefix)
+    js = nc.jetstream()
+    settings = baseline_settings(server.url, prefix) if worker == "floor" else Settings(nats_url=server.url, prefix=prefix)
+    await ensure_streams(js, settings, subjects)
+    marks: list[Mark] = []
+    sent: dict[str, float] = {}  # inbound id → sent_at
+    replied: dict[str, float] = {}  # inbound id → first reply seen
+    active = False
+
+    async def on_msg(msg: Msg) -> None:
+        now = time.time()
+        if not active:
+            return
+        if msg.subject.startswith(prefix + ".inbound."):
+            body = orjson.loads(msg.data)
+            sent[body["id"]] = float(body["sent_at"])
+            return
+        kind = nats_kind(prefix, msg.subject)
+        if kind is None:
+            return
+        marks.append((now, kind))
+        if kind == "reply":
+            replied.setdefault(orjson.loads(msg.data).get("reply_to"), now)
+
+    for subject in (f"{prefix}.>", f"$JS.ACK.{subjects.inbound_stream}.>"):
+        await tap.subscribe(subject, cb=on_msg, pending_msgs_limit=10_000_000, pending_bytes_limit=2**34)
+    await tap.flush()
+    log_path = work / "service.counters"
+    if worker == "floor":
+        child = await start_floor(server.url, prefix, orjson.dumps(FLOOR_SHAPE.as_dict()).decode(), work / "floor.log", 600)
+        await nc.publish(f"{prefix}.bench.go", b"")
+    else:
+        config = ServiceConfig(server.url, prefix, work / f"{prefix}.db")
+        env = {**config.env(), "BENCH_PROFILE_OUT": str(log_path), "BENCH_PROFILE_OFF": "1"}
+        child = Child(["-m", "bench.profiled_service"], env, work / "service.log")
+    driver = Driver(nc, subjects, Meters(server_meter, server_meter))
+    commit_log: list[list[Any]] = []
+    try:
+        if worker != "floor":
+            await child.wait_ready(READY_MARKER, READY_TIMEOUT_S)
+        await driver.attach()
+        sids = session_ids(uuid.uuid4().hex[:8], 1)
+        await driver.rounds(sids, 2, lambda r: "first turn", 60)
+        if worker != "floor":
+            os.kill(child.pid, signal.SIGUSR1)
+        await asyncio.sleep(0.2)  # the signal handler has run (bounded; the window only needs to open before the first publish)
+        active = True
+        paced = await driver.paced(message_plan(sids, messages, plain_text), rate, 1, 60)
+        await asyncio.sleep(0.5)  # the last message's events and marks after its reply (a bound, not a wait for a result)
+        await tap.flush()
+        active = False
+        if worker != "floor":
+            os.kill(child.pid, signal.SIGUSR2)
+            json_path = Path(str(log_path) + ".json")
+            if not await wait_until(json_path.exists, 60, 0.1):
+                raise RuntimeError("the service wrote no commit log")
+            await asyncio.sleep(0.2)  # the file is written in one call; let it finish
+            commit_log = orjson.loads(await asyncio.to_thread(json_path.read_bytes))["commit_log"]
+    finally:
+        await child.stop()
+        await driver.detach()
+        await delete_streams(js, subjects)
+        await tap.close()
+        await nc.close()
+        await server.stop()
+    ids = sorted(sent, key=sent.__getitem__)
+    origins = [sent[i] for i in ids]
+    alone = isolated(origins, [replied.get(i) for i in ids])
+    msgs = [m for m, keep in zip(per_message(origins, marks + commit_marks(commit_log)), alone, strict=True) if keep]
+    commit_durations = [(at - first) * 1000 for first, at, _ in commit_log]
+    return {
+        "worker": worker,
+        "messages": messages,
+        "rate_per_s": rate,
+        "answered": paced.answered,
+        "isolated": len(msgs),
+        "reply_latency": paced.latency.as_dict(),
+        "marks": summarise(msgs),
+        "sql_commits_per_msg": len(commit_log) / max(len(origins), 1) if commit_log else None,
+        "sql_first_write_to_commit_ms_median": statistics.median(commit_durations) if commit_durations else None,
+        "load_average": os.getloadavg(),
+    }
+
+
+def table(r: dict[str, Any]) -> str:
+    lat = r["reply_latency"]
+    sql = (
+        f" {r['sql_commits_per_msg']:.2f} SQL commits/msg, first write → commit call median"
+        f" {r['sql_first_write_to_commit_ms_median'] or float('nan'):.3f} ms;"
+        if r["sql_commits_per_msg"] else ""
+    )
+    lines = [
+        f"{r['worker']}, one session, {r['messages']} plain messages at {r['rate_per_s']:g}/s ({r['answered']} answered,"
+        f" {r['isolated']} alone: summarised; driver reply latency p50 {lat['p50_ms']:.2f} ms, p99 {lat['p99_ms']:.2f} ms);"
+        f"{sql} load average {r['load_average'][0]:.1f}",
+        f"{'mark':<44} {'median ms':>9} {'step ms':>8} {'p90 ms':>8} {'share':>6}",
+    ]
+    lines += [
+        f"{m['mark']:<44} {m['median_ms']:9.2f} {m['step_ms']:8.2f} {m['p90_ms']:8.2f} {m['share']:6.2f}" for m in r["marks"]
+    ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--messages", type=int, default=100)
+    parser.add_argument("--rate", type=float, default=5.0, help="messages per second (keep it far below capacity)")
+    parser.add_argument("--worker", choices=["turnstile", "floor"], default="turnstile")
+    parser.add_argument("--out", type=Path, default=ROOT / "var" / "bench")
+    args = parser.parse_args()
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    work = args.out / f"work-timeline-{stamp}"
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        result = asyncio.run(asyncio.wait_for(measure(args.messages, args.rate, work, args.worker), 600))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    result["started_at"] = stamp
+    (args.out / f"timeline-{args.worker}-latest.json").write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
+    print(table(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()

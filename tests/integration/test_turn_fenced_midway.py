@@ -1,0 +1,61 @@
+"""A turn whose partition moved while it ran (its answer's journal append refused by the SQL epoch fence)
+leaves its message staged for the new owner: it is not finished as a failed turn.
+
+Found on the 3-node cluster (tests/integration/test_partitioned_cluster.py, a node SIGKILLed): the
+refusal (``OwnershipLost``) was taken for the turn's own failure (outcome ``error``), the message was marked
+done, and the new owner never answered it — the session's later messages were answered, that one never.
+Driven here with SQLite (one process owns every partition): the partition's stored epoch is moved on, as
+a new owner's takeover does, while the turn waits on its model (``/stall``).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+import pytest
+from nats.aio.client import Client
+from sqlalchemy import update
+
+from consumers.service import TurnstileService
+from consumers.settings import Settings
+from core.store.partition_epochs import partition_epochs
+from schemas.subjects import Subjects
+from tests.integration.harness import Collector, inbound, publish_inbound, wait_for
+
+pytestmark = [pytest.mark.timeout(90), pytest.mark.rule("MQ-8")]
+
+
+@pytest.fixture
+def settings(settings: Settings) -> Settings:
+    return settings.model_copy(update={"partitions": 4})
+
+
+async def test_a_turn_refused_by_the_epoch_fence_midway_leaves_its_message_staged(
+    service: TurnstileService, nc: Client, subjects: Subjects, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING)
+    runtime = service.runtime
+    assert runtime is not None and runtime.partitioned is not None
+    parts = runtime.partitioned
+    sid = f"midway-{uuid.uuid4().hex[:6]}"
+    partition = parts.partition_of(sid)
+    await wait_for(lambda: partition in parts.loops, timeout_s=30, what="the partition to be taken")
+    started = await Collector().attach(nc, subjects.event(sid, "turn.started"))
+    replies = await Collector().attach(nc, subjects.outbound("cli", sid))
+
+    msg = inbound(sid, "/stall 1\nhello")
+    await publish_inbound(nc, subjects, msg)
+    await wait_for(lambda: started.messages, timeout_s=30, what="the turn to start")
+    async with runtime.connections.db.begin() as conn:  # a newer owner took the partition
+        await conn.execute(
+            update(partition_epochs).where(partition_epochs.c.partition == partition)
+            .values(epoch=partition_epochs.c.epoch + 1_000_000)
+        )
+
+    def turn_over() -> bool:
+        return any("stays staged" in r.getMessage() or "failed: unavailable" in r.getMessage() for r in caplog.records)
+
+    await wait_for(turn_over, timeout_s=30, what="the turn to end or give the message up")
+    assert await runtime.inbox.status_of("cli", msg["id"]) == "staged"  # the new owner replays it
+    assert replies.messages == []
