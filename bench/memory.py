@@ -10,7 +10,8 @@ traceback — tracing slows the process, so read its RSS figures as traced).
 
 The load phase of ``make bench`` measures the same figure (``rss_bytes_after_drain`` of the
 10,000-session turnstile row); this is the quick way to rerun it alone (~1 min at 10,000).
-Writes ``var/bench/memory-<store>-latest.json``.
+``--migrated`` migrates the database before the service starts, as at a restart (the start-up
+then imports no Alembic). Writes ``var/bench/memory-<store>-latest.json``.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from bench.turnstile_load import READY_MARKER, READY_TIMEOUT_S, ServiceConfig, n
 from consumers.nats_server import NatsServer
 from consumers.settings import Settings
 from consumers.streams import ensure_streams
+from core.store.migrate import migrate_database
 from schemas.nats_roles import without_roles
 from schemas.subjects import Subjects
 
@@ -59,17 +61,18 @@ def _read_json(path: Path) -> Any:
 
 async def measure(
     sessions: int, work: Path, store: str, trace_frames: int, env: dict[str, str], midway: bool = False,
-    settle_s: float = 0.0,
+    settle_s: float = 0.0, migrated: bool = False,
 ) -> dict[str, Any]:
     if store == "postgres":
         async with fresh_database("mem") as name:
             db = {"TURNSTILE_DATABASE_URL": pg_url(name, "postgresql+asyncpg")}
-            return await _measure(sessions, work, {**db, **env}, trace_frames, midway, settle_s)
-    return await _measure(sessions, work, env, trace_frames, midway, settle_s)
+            return await _measure(sessions, work, {**db, **env}, trace_frames, midway, settle_s, migrated)
+    return await _measure(sessions, work, env, trace_frames, midway, settle_s, migrated)
 
 
 async def _measure(
     sessions: int, work: Path, env: dict[str, str], trace_frames: int, midway: bool, settle_s: float,
+    migrated: bool = False,
 ) -> dict[str, Any]:
     conf = work / "nats-open.conf"
     conf.write_text(without_roles((ROOT / "nats.conf").read_text()))
@@ -83,13 +86,15 @@ async def _measure(
     await ensure_streams(nc.jetstream(), Settings(nats_url=server.url, prefix=prefix), subjects)
     dump = work / "memory"
     config = ServiceConfig(server.url, prefix, work / f"{prefix}.db", env)
+    if migrated:  # a restart's start-up: the schema is at head already, nothing to migrate
+        await migrate_database(config.env()["TURNSTILE_DATABASE_URL"])
     # Tracing stalls the event loop; a longer lease keeps the service from fencing itself meanwhile.
     lease = {"TURNSTILE_LEASE_TTL_S": "600"} if trace_frames else {}
     lease["TURNSTILE_HTTP_PORT"] = "0"  # other services may run on this machine
     child_env = {**config.env(), **lease, "BENCH_MEMORY_OUT": str(dump), "BENCH_TRACEMALLOC_FRAMES": str(trace_frames)}
     child = Child(["-m", "bench.memory_service"], child_env, work / "service.log")
     driver = Driver(nc, subjects, Meters(server_meter, server_meter))
-    out: dict[str, Any] = {"sessions": sessions, "env": env, "traced_frames": trace_frames}
+    out: dict[str, Any] = {"sessions": sessions, "env": env, "traced_frames": trace_frames, "migrated": migrated}
     try:
         await child.wait_ready(READY_MARKER, READY_TIMEOUT_S * (6 if trace_frames else 1))  # tracing slows start-up
         out["bare"] = {"rss_bytes": child.meter.rss_bytes(), **_smaps(child.pid)}
@@ -131,7 +136,8 @@ def _mb(n: int | None) -> str:
 
 
 def print_report(r: dict[str, Any]) -> None:
-    print(f"sessions touched: {r['sessions']:,} (drained in {r.get('drain_s')} s); env {r['env']}")
+    print(f"sessions touched: {r['sessions']:,} (drained in {r.get('drain_s')} s); env {r['env']}"
+          f"{'; database migrated before the start' if r.get('migrated') else ''}")
     for key in ("bare", "touched", "settled", "after_gc"):
         m = r.get(key) or {}
         print(f"  {key:9} RSS {_mb(m.get('rss_bytes'))} MB  anonymous {_mb(m.get('anonymous_bytes'))} MB")
@@ -143,6 +149,11 @@ def print_report(r: dict[str, Any]) -> None:
         print(f"  in-process after gc: RSS {_mb(d['rss_before_trim_bytes'])} MB → after malloc_trim(0) {_mb(d['rss_after_trim_bytes'])} MB")
     for name, value in (d.get("pymalloc") or {}).items():
         print(f"  pymalloc {name}: {value / 1e6 if 'bytes' in name else value:,.1f}{' MB' if 'bytes' in name else ''}")
+    cyc = d.get("cyclic_garbage") or {}
+    if cyc:
+        print(f"  cyclic garbage found by the dump's collection: {cyc['objects']:,} objects, {cyc['shallow_bytes'] / 1e6:.1f} MB shallow")
+        for name, count, size in cyc.get("by_type", [])[:12]:
+            print(f"    {size / 1e6:8.2f} MB {count:>9,}  {name}")
     print(f"  live gc objects: {d.get('gc_objects', 0):,}")
     for name, count, size in d.get("by_type", [])[:20]:
         print(f"    {size / 1e6:8.2f} MB {count:>9,}  {name}")
@@ -179,12 +190,15 @@ def main() -> None:
     ap.add_argument("--trace", type=int, default=0, metavar="FRAMES", help="tracemalloc frames (0: off)")
     ap.add_argument("--midway", action="store_true", help="also dump while half the replies are in")
     ap.add_argument("--settle-s", type=float, default=0.0, help="seconds to wait after the last reply before the dump")
+    ap.add_argument("--migrated", action="store_true", help="migrate the database before the service starts (a restart)")
     ap.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="extra service environment")
     args = ap.parse_args()
     env = dict(e.split("=", 1) for e in args.env)
     work = Path(tempfile.mkdtemp(prefix="bench-memory-"))
     try:
-        result = asyncio.run(measure(args.sessions, work, args.store, args.trace, env, args.midway, args.settle_s))
+        result = asyncio.run(measure(
+            args.sessions, work, args.store, args.trace, env, args.midway, args.settle_s, args.migrated
+        ))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print_report(result)

@@ -4,7 +4,8 @@ The service is the unmodified ``consumers.cli run``; this wrapper only adds:
 
 - ``$BENCH_TRACEMALLOC_FRAMES`` > 0: ``tracemalloc`` started before the service is imported
   (so start-up allocations are traced too; it slows the process, so RSS is not read in that mode);
-- SIGUSR1: after a full ``gc.collect()``, writes ``$BENCH_MEMORY_OUT.json`` — live objects by type
+- SIGUSR1: after a full ``gc.collect()`` (what it found unreachable counted by type first: the
+  reference cycles left for the collector), writes ``$BENCH_MEMORY_OUT.json`` — live objects by type
   (count, shallow bytes), RSS before and after glibc's ``malloc_trim(0)`` and, when tracing, the top allocation sites by line, by module and by
   traceback — then ``$BENCH_MEMORY_OUT.done``.
 """
@@ -148,6 +149,28 @@ def _actor_retained(sample: int = 20) -> dict[str, Any]:
     }
 
 
+def _cyclic_garbage() -> dict[str, Any]:
+    """A full collection, keeping what it found unreachable (``DEBUG_SAVEALL``): the reference cycles the
+    service left behind since the collector last ran that far, by type (count, shallow bytes); then freed."""
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        found = gc.collect()
+        counts: Counter[str] = Counter()
+        sizes: Counter[str] = Counter()
+        for obj in gc.garbage:
+            t = type(obj)
+            name = f"{t.__module__}.{t.__qualname__}"
+            counts[name] += 1
+            sizes[name] += sys.getsizeof(obj)
+        total = sum(sizes.values())
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+    gc.collect()
+    return {"objects": found, "shallow_bytes": total,
+            "by_type": [(name, counts[name], sizes[name]) for name, _ in sizes.most_common(TOP)]}
+
+
 def _pymalloc_stats() -> dict[str, int]:
     """The totals of ``sys._debugmallocstats()`` (CPython's small-object allocator: arenas, used and free blocks)."""
     import io
@@ -196,8 +219,8 @@ def main() -> None:
         tracemalloc.start(frames)
 
     def dump(_sig: int, _frame: FrameType | None) -> None:
-        gc.collect()
-        data: dict[str, Any] = {"gc_objects": len(gc.get_objects()), "by_type": _objects_by_type()}
+        data: dict[str, Any] = {"cyclic_garbage": _cyclic_garbage()}
+        data.update({"gc_objects": len(gc.get_objects()), "by_type": _objects_by_type()})
         data["pymalloc"] = _pymalloc_stats()
         data["rss_before_trim_bytes"] = _rss_bytes()
         data["malloc_trim"] = _malloc_trim()

@@ -31,6 +31,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from consumers.admission import WorkAdmission
 from consumers.retry_policy import OwnershipLost
 from consumers.turn_runner import TurnRunner
 from core.engine.policy import MidTurnAction
@@ -113,6 +114,8 @@ class SessionActor:
     fence: OwnershipFence | None = None
     order: Callable[[], int] | None = None  # the registry's mailbox order (replayed items are queued anew)
     retire_retry_s: float = RETIRE_RETRY_S
+    # Told whenever it waits on an empty mailbox: the session holds no work now (admission).
+    drained: Callable[[SessionActor], None] | None = None
 
     def evictable(self) -> bool:
         """True when ending it now loses nothing: no item in hand or queued, nothing settling."""
@@ -121,6 +124,14 @@ class SessionActor:
     def start(self) -> None:
         self.idle.set()
         self.task = asyncio.create_task(self._run(), name=f"actor:{self.session_id}")
+        self.task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        # A cancelled (evicted) task keeps its CancelledError, whose traceback holds ``_run``'s frame and
+        # so this actor: with ``task`` still set that is a cycle, which kept every evicted session
+        # (runner, mailbox, last item) until a full gc collection, rare under TURNSTILE_GC_THRESHOLD.
+        if self.task is task:
+            self.task = None
 
     async def wait_idle(self, timeout_s: float) -> bool:
         """Wait until no item is being handled; False after ``timeout_s``."""
@@ -155,6 +166,8 @@ class SessionActor:
                 self.waiting = True
                 try:
                     if self.mailbox.empty():
+                        if self.drained is not None:
+                            self.drained(self)
                         # ``asyncio.timeout`` rather than ``wait_for``: no task, future and timer per item.
                         async with asyncio.timeout(self.retire_retry_s if retiring else self.idle_s):
                             priority, order, item = await self.mailbox.get()
@@ -292,8 +305,10 @@ class ActorRegistry:
     def __init__(
         self, make_runner: Callable[[str], TurnRunner], idle_s: float, stop_wait_s: float = STOP_WAIT_S,
         max_loaded: int | None = None, retire_retry_s: float = RETIRE_RETRY_S,
+        max_with_work: int | None = None,
     ) -> None:
         self._make_runner = make_runner
+        self.admission = WorkAdmission(max_with_work)
         self._idle_s = idle_s
         self.stop_wait_s = stop_wait_s
         self._max_loaded = max_loaded
@@ -323,6 +338,7 @@ class ActorRegistry:
             actor = SessionActor(
                 session_id, self._make_runner(session_id), self._idle_s, self._forget, held=self._held,
                 retire=self._retire, fence=self.fence, order=self._next_order, retire_retry_s=self._retire_retry_s,
+                drained=self._drained,
             )
             self._actors[session_id] = actor
             actor.start()
@@ -362,6 +378,17 @@ class ActorRegistry:
             await actor.runner.reject(staged, inbound)
             return
         actor.mailbox.put_nowait((MESSAGE_PRIORITY, next(self._order), Work(staged, inbound)))
+        self.admission.working(actor.session_id)
+
+    async def deliver_when_room(self, staged: StagedMessage, inbound: InboundMessage) -> None:
+        """The inbound pipeline's hand-off: ``deliver`` once the session may take work (``admission``).
+
+        A message for a session without work waits while ``max_with_work`` sessions have some
+        (at most ``ADMIT_WAIT_MAX_S``), which holds the stager and so the fetch loop: a backlog
+        over many sessions never loads them all at once.
+        """
+        await self.admission.admit(staged.session_id or "")
+        await self.deliver(staged, inbound)
 
     async def call(self, session_id: str, name: str, run: CommandFn) -> Any:
         """Run ``run`` inside the session's actor (after the item it is handling) and return its reply."""
@@ -370,6 +397,7 @@ class ActorRegistry:
         actor = self._actor(session_id)
         result: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         actor.mailbox.put_nowait((COMMAND_PRIORITY, next(self._order), Command(name, run, result)))
+        self.admission.working(session_id)  # counted, never made to wait: a command is not inbound work
         # Shielded: a caller that gives up does not cancel the command half-way.
         return await asyncio.shield(result)
 
@@ -381,14 +409,20 @@ class ActorRegistry:
         actor.runner.request_stop(reason)
         return True
 
+    def _drained(self, actor: SessionActor) -> None:
+        if self._actors.get(actor.session_id) is actor:
+            self.admission.done(actor.session_id)
+
     def _forget(self, actor: SessionActor) -> None:
         if self._actors.get(actor.session_id) is actor:
             del self._actors[actor.session_id]
+        if actor.session_id not in self._actors and (actor.mailbox.empty() or self._closing):
+            self.admission.done(actor.session_id)  # ended holding no work (another actor of it counts for itself)
         # A message may have slipped in between the idle timeout and exit: serve it.
         if not actor.mailbox.empty() and not self._closing:
             fresh = SessionActor(
                 actor.session_id, actor.runner, self._idle_s, self._forget, held=self._held, retire=self._retire,
-                fence=self.fence, order=self._next_order, retire_retry_s=self._retire_retry_s,
+                fence=self.fence, order=self._next_order, retire_retry_s=self._retire_retry_s, drained=self._drained,
             )
             fresh.mailbox = actor.mailbox
             self._actors[actor.session_id] = fresh
@@ -492,6 +526,7 @@ class ActorRegistry:
         queued commands are refused with ``unavailable``.
         """
         self._closing = True
+        self.admission.clear()
         actors = list(self._actors.values())
         for a in actors:
             a.stopping = True

@@ -239,15 +239,17 @@ def bootstrap(
             clock=replace.clock,
         )
 
-    actors = ActorRegistry(runner_of, idle_s=s.actor_idle_s, max_loaded=s.max_loaded_sessions)
+    actors = ActorRegistry(
+        runner_of, idle_s=s.actor_idle_s, max_loaded=s.max_loaded_sessions, max_with_work=s.max_sessions_with_work
+    )
     history = SessionHistory(actors, opener, js, subjects, manager)
     recorder = ManagerRecorder(manager, on_created=opener.remember_created)
-    inbound = InboundLoop(js, s, subjects, publisher, recorder, inbox, actors.deliver, metrics=metrics)
+    inbound = InboundLoop(js, s, subjects, publisher, recorder, inbox, actors.deliver_when_room, metrics=metrics)
     shared = SharedState(db, manager, origin)  # registrations; other processes' writes
 
     def partition_loop(consumer_name: str, fence: Callable[[], bool]) -> InboundLoop:
         return InboundLoop(
-            js, s, subjects, publisher, recorder, inbox, actors.deliver,
+            js, s, subjects, publisher, recorder, inbox, actors.deliver_when_room,
             metrics=metrics, consumer_name=consumer_name, fence=fence,
         )
 

@@ -102,6 +102,12 @@ class Settings(BaseSettings):
 
     # actors
     max_concurrent_turns: int = Field(256, gt=0, description="turns running at once across sessions")
+    max_sessions_with_work: int = Field(
+        256, gt=0,
+        description="sessions with an inbound message queued or in hand at once; a staged message for another "
+        "session waits (at most 5 s) for one to finish, holding the fetch loop: a backlog over many sessions never "
+        "loads them all at once (bounds the memory peak)",
+    )
     actor_idle_s: float = Field(300.0, gt=0, description="evict an idle session actor after this")
     max_loaded_sessions: int = Field(
         256, gt=0,

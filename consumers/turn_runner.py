@@ -23,6 +23,7 @@ import asyncio
 import logging
 import time
 import uuid
+import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -62,6 +63,19 @@ FALLBACK_SEQ = -1  # the seq of the TURNSTILE_PROVIDER_FAILURE_REPLY reply (neve
 _UNMETERED = Metrics()  # for runners built without the service's metrics (tests)
 
 R = TypeVar("R")
+
+
+def _weakly(method: Callable[[], None]) -> Callable[[], None]:
+    """``method`` through a weak reference: a part holding its runner's bound method made every runner a
+    reference cycle, freed only by a full gc collection (rare under TURNSTILE_GC_THRESHOLD)."""
+    ref = weakref.WeakMethod(method)
+
+    def call() -> None:
+        bound = ref()
+        if bound is not None:
+            bound()
+
+    return call
 
 
 class TurnRunner:
@@ -116,7 +130,7 @@ class TurnRunner:
         self._finisher = TurnFinisher(session_id, publisher, inbox, self._finished.append)
         self._retries = MessageRetries(
             session_id, publisher=publisher, inbox=inbox, publishes=self._publishes,
-            retry=retry or TurnRetryPolicy(), still_owner=still_owner, forget=self.unload,
+            retry=retry or TurnRetryPolicy(), still_owner=still_owner, forget=_weakly(self.unload),
         )
 
     # -- arrival policy ---------------------------------------------------------------

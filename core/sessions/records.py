@@ -52,7 +52,7 @@ class WorkBinding:
     worktrees: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one per session: no instance dict
 class LastTurn:
     """How the session's most recently ended turn ended (``error`` only for outcome ``error``)."""
 
@@ -61,7 +61,7 @@ class LastTurn:
     error: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one per session: no instance dict
 class TokenUsage:
     """Model tokens used by the session itself (children not included)."""
 

@@ -3,22 +3,29 @@
 A database that already holds tables but no ``alembic_version`` is not turnstile's (for example
 PostgreSQL's ``postgres`` admin database): ``migrate`` refuses to create tables there unless
 ``allow_foreign_tables`` (``TURNSTILE_DATABASE_ALLOW_FOREIGN_TABLES``, ``turnstile migrate --allow-foreign-tables``).
+
+Alembic (with Mako and Pygments, ~9 MB resident) is imported only when the database is not at
+``SCHEMA_HEAD`` already: a start-up against an up-to-date database reads the version row itself.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from alembic import command
-from alembic.config import Config
-from sqlalchemy import inspect
+from sqlalchemy import inspect, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core.errors import Conflict
 
+if TYPE_CHECKING:
+    from alembic.config import Config
+
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 VERSION_TABLE = "alembic_version"
+# The newest revision in ``migrations/versions`` (a unit test holds it equal to Alembic's head).
+SCHEMA_HEAD = "e2b7c9d4f1a8"
 
 
 class ForeignDatabase(Conflict):
@@ -26,6 +33,8 @@ class ForeignDatabase(Conflict):
 
 
 def alembic_config(connection: Connection | None = None) -> Config:
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
     if connection is not None:
@@ -54,7 +63,19 @@ def _refuse_admin_database(connection: Connection) -> None:
         )
 
 
+def _at_head(connection: Connection, allow_foreign_tables: bool) -> bool:
+    """True when the database is turnstile's at ``SCHEMA_HEAD`` (nothing to migrate; no Alembic needed)."""
+    if not allow_foreign_tables:
+        _refuse_admin_database(connection)
+    if not inspect(connection).has_table(VERSION_TABLE):
+        return False
+    versions = connection.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalars().all()
+    return versions == [SCHEMA_HEAD]
+
+
 def _upgrade(connection: Connection, allow_foreign_tables: bool) -> None:
+    from alembic import command
+
     if not allow_foreign_tables:
         _refuse_admin_database(connection)
     found = foreign_tables(connection)
@@ -78,6 +99,8 @@ def current_revision(connection: Connection) -> str | None:
 async def migrate(db_engine: AsyncEngine, *, allow_foreign_tables: bool = False) -> str | None:
     """Bring the database schema to the newest revision; returns that revision."""
     async with db_engine.begin() as conn:
+        if await conn.run_sync(_at_head, allow_foreign_tables):
+            return SCHEMA_HEAD
         await conn.run_sync(_upgrade, allow_foreign_tables)
         return await conn.run_sync(current_revision)
 

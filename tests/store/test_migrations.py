@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import inspect
@@ -24,3 +28,34 @@ async def test_upgrade_head_matches_the_declared_tables(db_url: str) -> None:
         assert set(metadata.tables) <= tables
     finally:
         await engine.dispose()
+
+
+def test_the_schema_head_constant_is_alembics_head() -> None:
+    # A start-up against a database at SCHEMA_HEAD skips Alembic: a new migration must move the constant.
+    from alembic.script import ScriptDirectory
+
+    from core.store.migrate import SCHEMA_HEAD, alembic_config
+
+    assert ScriptDirectory.from_config(alembic_config()).get_current_head() == SCHEMA_HEAD
+
+
+def test_starting_on_a_database_at_head_does_not_import_alembic(tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'head.db'}"
+    probe = (
+        "import asyncio, sys\n"
+        "from core.store.db import create_db_engine\n"
+        "from consumers.service import TurnstileService  # noqa: F401  (what `turnstile run` imports)\n"
+        "from core.store.migrate import SCHEMA_HEAD, migrate\n"
+        "async def main():\n"
+        f"    engine = create_db_engine({url!r})\n"
+        "    try:\n"
+        "        assert await migrate(engine) == SCHEMA_HEAD\n"
+        "    finally:\n"
+        "        await engine.dispose()\n"
+        "asyncio.run(main())\n"
+        "print(sorted(m for m in ('alembic', 'mako', 'pygments') if m in sys.modules))\n"
+    )
+    first = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    assert "'alembic'" in first.stdout.splitlines()[-1]  # a new database is migrated by Alembic
+    again = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    assert again.stdout.strip().endswith("[]"), again.stdout + again.stderr
