@@ -102,9 +102,11 @@ class InboundLoop:
         """True while the store refuses writes: nothing new is fetched, staging is retried in place."""
         return self.health.degraded
 
-    def start(self) -> None:
+    def start(self, recover: Callable[[], Awaitable[object]] | None = None) -> None:
+        """Start fetching; ``recover`` (the partition's in-flight recovery) runs first, once the
+        consumer's partition is ours (at once when it is)."""
         self.pipeline.start()
-        self._task = asyncio.create_task(self._run(), name="inbound-loop")
+        self._task = asyncio.create_task(self._run(recover), name="inbound-loop")
 
     async def stop(self, drain_timeout_s: float | None = None) -> None:
         """Stop fetching; finish what is in flight within ``drain_timeout_s`` (default: fetch timeout + 5 s).
@@ -137,7 +139,11 @@ class InboundLoop:
             durable=self.consumer_name, stream=self._subjects.inbound_stream
         )
 
-    async def _run(self) -> None:
+    async def _run(self, recover: Callable[[], Awaitable[object]] | None) -> None:
+        if recover is not None:
+            if not await self._ours():
+                return  # stopped before the partition was ours: its next owner recovers the range
+            await recover()
         psub = await self._bind()
         last_check = time.monotonic()
         failures = 0  # consecutive failed fetches (connection trouble)

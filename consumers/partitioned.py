@@ -5,9 +5,10 @@ acts on its transitions:
 
 - gained: record each partition's epoch in the database (``core/store/partition_epochs.py``: from
   then on the previous owner's staging and journal appends are refused), read the session records
-  again (another process wrote them), replay the partitions' staged-but-unfinished inbox rows to their actors in staging order, recover each partition
-  consumer's in-flight range (fetched by a dead owner, never staged) in stream order, then start
-  one fetch loop per partition on its durable consumer;
+  again (another process wrote them), replay the partitions' staged-but-unfinished inbox rows to their actors in staging order, then start
+  one fetch loop per partition on its durable consumer, which first recovers the consumer's in-flight
+  range (fetched by a dead owner, never staged) in stream order, once the partition is ours (a loop
+  started while the local lease looks lapsed waits for it);
 - lost or handed over: stop the partitions' fetch loops at once (what is in flight is nacked or
   redelivered), then stop their sessions' actors (running turns cancelled; everything stays
   staged for the new owner);
@@ -165,8 +166,9 @@ class PartitionedInbound:
             if self.partition_of(staged.session_id) in wanted:
                 await self._actors.deliver(staged, InboundMessage.model_validate(orjson.loads(staged.payload)))
         for partition in partitions:
-            if not self.ownership.owns(partition):
-                continue
+            # Started even when the local lease looks lapsed right now (a renewal late during a long
+            # take-over): the loop waits until the partition is ours and is stopped if it is lost. A
+            # partition skipped here stayed held, renewed and never fetched once its lease recovered.
             name = partition_consumer(self._settings.consumer_name, partition)
             loop = self._make_loop(name, self._fence(partition))
             prefix = self._settings.prefix
@@ -178,10 +180,13 @@ class PartitionedInbound:
                 if ours:
                     await lp.process_batch(ours)
 
-            await recover_inflight(
-                self._connection, self._js, self._subjects.inbound_stream, name, recovered, self._settings.fetch_batch
-            )
-            loop.start()
+            async def recover(name: str = name, recovered: Callable[[list[Msg]], Awaitable[None]] = recovered) -> int:
+                return await recover_inflight(
+                    self._connection, self._js, self._subjects.inbound_stream, name, recovered,
+                    self._settings.fetch_batch,
+                )
+
+            loop.start(recover)
             self.loops[partition] = loop
             self._advisories[partition] = await watch_max_deliveries(
                 self._connection, self._js, self._subjects.inbound_stream, name, loop.process_read, self._ownership_lost
