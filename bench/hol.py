@@ -26,7 +26,7 @@ from typing import Any
 
 from bench.common import Child, LatencyStats, delete_streams, wait_until
 from bench.driver import Driver, Meters, session_ids
-from bench.hol_window import covered_fraction, latencies_sent_within, paced_should_stop
+from bench.hol_window import covered_fraction, latencies_sent_within, paced_should_stop, slowest
 from bench.profiles import Profile
 from bench.scenarios import BenchContext
 from bench.subtree import DeletionOutcome, build_subtree, delete_session
@@ -139,12 +139,15 @@ async def _paced_mix(
     samples = [(timer.sent[m], timer.got[m]) for m in unrelated_ids if m in timer.got]
     out: dict[str, Any] = {
         "window_s": last_publish - p0,
+        "started_wall": time.time() - (time.perf_counter() - p0),  # to line up with the service's log
         "sent": len(unrelated_ids),
         "answered": len(samples),
         "latency": LatencyStats.of([got - sent for sent, got in samples]).as_dict(),
         "subtree_sent": len(subtree_ids),
         "subtree_answered": sum(1 for m in subtree_ids if m in timer.got),
         "publisher_late_max_ms": late_max_s * 1000,
+        # The slowest replies, each as [sent (s after the first publish), latency (ms)]: where a stall lies.
+        "slowest": [[round(sent - p0, 3), round((got - sent) * 1000, 1)] for sent, got in slowest(samples, 8)],
     }
     if deletion is not None:
         end = deletion.ended_at if deletion.ended_at is not None else time.perf_counter()
@@ -157,4 +160,5 @@ async def _paced_mix(
             "inside_window": covered_fraction((deletion.started_at, end), (p0, last_publish)),
         }
         out["latency_sent_during_deletion"] = LatencyStats.of(during).as_dict()
+        out["deletion"]["ended_after_s"] = end - p0
     return out

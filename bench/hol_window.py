@@ -48,3 +48,8 @@ def latencies_sent_within(
     for sent, got in samples:
         (inside if start <= sent <= end else outside).append(got - sent)
     return inside, outside
+
+
+def slowest(samples: Iterable[tuple[float, float]], n: int) -> list[tuple[float, float]]:
+    """The ``n`` samples ``(sent, got)`` with the longest latency, in sending order (where a stall lies)."""
+    return sorted(sorted(samples, key=lambda s: s[1] - s[0])[-n:]) if n > 0 else []

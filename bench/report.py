@@ -188,6 +188,19 @@ def hol_summary(hol: dict[str, Any]) -> str:
         f"{' FAILED ' + str(d['error']) if d.get('error') else ''},"
         f" {_fmt((d.get('inside_window') or 0) * 100)} % inside a {_fmt(w.get('window_s'), 1)} s window;"
         f" subtree built in {_fmt(hol.get('build_s'), 1)} s ({hol.get('subtree_children')} children listed)"
+        f"{_slowest_note(w)}"
+    )
+
+
+def _slowest_note(phase: dict[str, Any]) -> str:
+    """Where the with-deletion phase's slowest reply was sent, against the deletion's start and end."""
+    slow, d = phase.get("slowest") or [], phase.get("deletion") or {}
+    if not slow:
+        return ""
+    sent, ms = max(slow, key=lambda s: s[1])
+    return (
+        f"; slowest {_fmt(ms)} ms, sent at +{sent:.2f} s (deletion +{_fmt(d.get('started_after_s'), 2)}"
+        f" to +{_fmt(d.get('ended_after_s'), 2)} s)"
     )
 
 

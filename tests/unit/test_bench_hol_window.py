@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.hol_window import covered_fraction, latencies_sent_within, overlap_s, paced_should_stop
+from bench.hol_window import covered_fraction, latencies_sent_within, overlap_s, paced_should_stop, slowest
 
 
 def test_paced_traffic_without_a_deletion_stops_after_the_minimum() -> None:
@@ -40,3 +40,9 @@ def test_latencies_split_by_when_the_message_was_sent() -> None:
     inside, outside = latencies_sent_within([(0.5, 0.6), (1.0, 3.0), (2.0, 3.0), (5.0, 5.1)], 1.0, 4.0)
     assert inside == pytest.approx([2.0, 1.0])
     assert outside == pytest.approx([0.1, 0.1])
+
+
+def test_slowest_samples_in_sending_order() -> None:
+    samples = [(0.0, 0.01), (1.0, 1.3), (2.0, 2.02), (3.0, 3.2)]
+    assert slowest(samples, 2) == [(1.0, 1.3), (3.0, 3.2)]
+    assert slowest(samples, 0) == []
