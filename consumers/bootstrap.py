@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 import orjson
@@ -202,11 +202,10 @@ def bootstrap(
 
     # The manager's deletion clears the session's history through ``history``, built below from
     # the actors, which in turn need the manager: the hook is bound here, called only after start.
-    async def clear_deleted(session_id: str) -> None:
+    async def clear_deleted(session_ids: Sequence[str]) -> None:
         # Partitioned: a session another worker owns is cleared by that worker.
-        if router is not None and await router.clear_elsewhere(session_id) is not None:
-            return
-        await history.clear_deleted(session_id)
+        here = [sid for sid in session_ids if router is None or await router.clear_elsewhere(sid) is None]
+        await history.clear_deleted(here)
 
     manager = build_manager(s, repository, publisher, clear_deleted, clock=replace.clock)
     opener = SessionOpener(

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+from collections.abc import Sequence
 from typing import Protocol
 
 from nats.js import JetStreamContext
@@ -12,6 +15,9 @@ from consumers.session_opener import SessionOpener
 from schemas.subjects import Subjects
 
 log = logging.getLogger(__name__)
+
+# Checkpoint purges of a deleted subtree's chunk in flight at once (each a JetStream API request).
+PURGES_IN_FLIGHT = 16
 
 
 class DeletionBook(Protocol):
@@ -60,6 +66,30 @@ class SessionHistory:
             return False
         return True
 
-    async def clear_deleted(self, session_id: str) -> None:
-        """SM-21: after session.deleted, the deleted session's history and checkpoints go."""
-        await self.clear(session_id)
+    async def clear_deleted(self, session_ids: Sequence[str]) -> None:
+        """SM-21: after their session.deleted, deleted sessions' history and checkpoints go.
+
+        A chunk of a deleted subtree at once: every session's running turn stopped and all of them
+        held, the older generations' journal rows deleted in one transaction, the checkpoint
+        subjects purged with ``PURGES_IN_FLIGHT`` requests at a time. A failure is logged; the
+        journal rows left are removed by the start-up sweep (``clear_stale``).
+        """
+        try:
+            async with contextlib.AsyncExitStack() as held:
+                for session_id in session_ids:
+                    await held.enter_async_context(self._actors.stopped(session_id))
+                generations = [(sid, self._book.generation_of(sid)) for sid in session_ids]
+                await self._opener.clear_older(generations)
+                window = asyncio.Semaphore(PURGES_IN_FLIGHT)
+                await asyncio.gather(*(self._purge(sid, window) for sid in session_ids))
+        except Exception as exc:
+            log.warning("clearing the history of %d deleted sessions failed: %r", len(session_ids), exc)
+
+    async def _purge(self, session_id: str, window: asyncio.Semaphore) -> None:
+        async with window:
+            try:
+                await self._js.purge_stream(
+                    self._subjects.checkpoint_stream, subject=self._subjects.checkpoint(session_id)
+                )
+            except Exception as exc:
+                log.warning("purging the checkpoints of deleted session %s failed: %r", session_id, exc)

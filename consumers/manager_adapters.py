@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import tzinfo
 from typing import Any
 
@@ -142,6 +142,12 @@ class ManagerEvents:
         sent = await self._publisher.emit(session_id, event_type, payload)
         if not await self._publisher.settle([sent]):
             log.warning("event %s of %s not acknowledged by the broker", event_type, session_id)
+
+    async def emit_all(self, events: Sequence[tuple[str, str, Any]]) -> None:
+        """Publish in order on the one connection, then wait for every ack (a deletion's chunk)."""
+        sent = [await self._publisher.emit(sid, event_type, payload) for sid, event_type, payload in events]
+        if not await self._publisher.settle(sent):
+            log.warning("not all of %d session events were acknowledged by the broker", len(sent))
 
 
 def build_manager(

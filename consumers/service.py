@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 
@@ -206,9 +207,10 @@ class TurnstileService:
         """Clear the session's journal and checkpoints (``SessionHistory.clear``); False when not serving."""
         return await self.phase.runtime.history.clear(session_id) if isinstance(self.phase, Serving) else False
 
-    async def _clear_session_data(self, session_id: str) -> None:
+    async def _clear_session_data(self, session_ids: Sequence[str]) -> None:
         """SM-21: the manager's hook after session.deleted (``SessionHistory.clear_deleted``)."""
-        await self.clear_history(session_id)
+        if isinstance(self.phase, Serving):
+            await self.phase.runtime.history.clear_deleted(session_ids)
 
     async def _release_ownership(self, lease: OwnershipLease) -> None:
         # Draining has ended and the inbox is flushed: hand ownership over at once.

@@ -4,7 +4,7 @@ file leases (one per process, built by ``consumers/bootstrap.py``)."""
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from consumers.mcp_tools import McpToolServers
@@ -143,6 +143,10 @@ class SessionOpener:
     async def clear(self, session_id: str, *, before_generation: int | None = None) -> None:
         """Delete the history of generations older than ``before_generation`` (None: all of it)."""
         await self.journal.clear(session_id, before_generation=before_generation)
+
+    async def clear_older(self, generations: Sequence[tuple[str, int]]) -> None:
+        """Per ``(session_id, generation)``: delete that session's older generations' history."""
+        await self.journal.clear_older(generations)
 
     async def clear_stale(self) -> int:
         """Start-up: delete journal rows of ids without a record or of superseded generations."""

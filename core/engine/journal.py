@@ -94,6 +94,10 @@ class GenerationalJournal(Protocol):
         """Remove generations older than ``before_generation`` (None: every generation)."""
         ...
 
+    async def clear_older(self, generations: Sequence[tuple[str, int]]) -> None:
+        """Per ``(session_id, generation)``: remove that session's older generations (one write)."""
+        ...
+
     async def entries_for_event(
         self, session_id: str, external_event_id: str, kinds: Sequence[EntryKind], *, generation: int = 0
     ) -> list[JournalEntry]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, Protocol
 
@@ -16,8 +16,9 @@ SESSION_EVENT_TYPES: Final[tuple[SessionEventType, ...]] = (
     "session.deleted",
 )
 
-# Called after session.deleted to clear the session's history and per-session data.
-ClearSessionData = Callable[[str], Awaitable[None]]
+# Called after session.deleted to clear deleted sessions' history and per-session data: a chunk of
+# a deleted subtree at a time, children before parents, each id's session.deleted already stored.
+ClearSessionData = Callable[[Sequence[str]], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -85,4 +86,8 @@ class EventSink(Protocol):
 
     async def emit(self, session_id: str, event_type: str, payload: JsonObject) -> None:
         """Publish one event."""
+        ...
+
+    async def emit_all(self, events: Sequence[tuple[str, str, JsonObject]]) -> None:
+        """Publish ``(session_id, event_type, payload)`` events in this order; all stored on return."""
         ...

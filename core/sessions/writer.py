@@ -221,6 +221,13 @@ class SessionWriter:
         except Exception:
             log.exception("emitting %s for session %s failed", event_type, session_id)
 
+    async def emit_all(self, events: Sequence[tuple[str, SessionEventType, JsonObject]]) -> None:
+        """Emit events in this order, their acks awaited together; a sink failure is logged."""
+        try:
+            await self._events.emit_all(events)
+        except Exception:
+            log.exception("emitting %d session events failed", len(events))
+
     # -- deletion marks (SM-17, SM-22) ---------------------------------------
 
     def mark_deleting(self, session_ids: Sequence[str]) -> asyncio.Event:

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import orjson
-from sqlalchemy import Connection, Select, and_, delete, exists, func, insert, or_, select, tuple_
+from sqlalchemy import Connection, Select, and_, bindparam, delete, exists, func, insert, or_, select, tuple_
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -141,6 +141,15 @@ class SqlHistoryJournal:
         if before_generation is not None:
             where = and_(where, journal_entries.c.generation < before_generation)
         await self._committer.run(lambda conn: conn.execute(delete(journal_entries).where(where)))
+
+    async def clear_older(self, generations: Sequence[tuple[str, int]]) -> None:
+        """Per ``(session_id, generation)``: delete that session's older generations, all in one transaction."""
+        if not generations:
+            return
+        j = journal_entries
+        older = delete(j).where(j.c.session_id == bindparam("sid"), j.c.generation < bindparam("gen"))
+        params = [{"sid": sid, "gen": gen} for sid, gen in generations]
+        await self._committer.run(lambda conn: conn.execute(older, params))
 
     async def clear_stale(self) -> int:
         """Delete rows no session can read (start-up): of ids without a record, or of a

@@ -91,3 +91,26 @@ async def test_the_in_memory_twin_keys_rows_by_generation() -> None:
     assert [e.payload["text"] for e in await journal.load("s")] == ["late"]  # generation 0 by default
     await journal.clear("s")
     assert await journal.load("s", generation=1) == []
+
+
+@pytest.mark.rule("SM-21")
+@pytest.mark.parametrize("make", [SqlHistoryJournal, None], ids=["sql", "in-memory"])
+async def test_a_deleted_chunk_is_cleared_below_each_session_s_own_generation(
+    engine: AsyncEngine, make: type[SqlHistoryJournal] | None
+) -> None:
+    # A subtree deletion clears many sessions at once, each below the generation it was given.
+    journal = make(engine) if make is not None else InMemoryJournal()
+    run = uuid.uuid4().hex[:8]
+    a, b, kept = f"a-{run}", f"b-{run}", f"kept-{run}"
+    for sid in (a, b, kept):
+        for generation in (0, 1, 2):
+            await journal.append(sid, [_entry(0, text=f"{sid}/{generation}")], generation=generation)
+    await journal.clear_older([(a, 2), (b, 1)])
+    assert [await journal.load(a, generation=g) for g in (0, 1)] == [[], []]
+    assert await journal.load(b, generation=0) == []
+    assert [e.payload["text"] for e in await journal.load(b, generation=1)] == [f"{b}/1"]
+    assert [e.payload["text"] for e in await journal.load(a, generation=2)] == [f"{a}/2"]
+    assert [len(await journal.load(kept, generation=g)) for g in (0, 1, 2)] == [1, 1, 1]  # not in the chunk
+    await journal.clear_older([])  # nothing to clear: no write
+    if isinstance(journal, SqlHistoryJournal):
+        await journal.aclose()

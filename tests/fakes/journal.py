@@ -39,6 +39,11 @@ class InMemoryJournal:
             if before_generation is None or key[1] < before_generation:
                 del self._entries[key]
 
+    async def clear_older(self, generations: Sequence[tuple[str, int]]) -> None:
+        """Per ``(session_id, generation)``: forget that session's older generations."""
+        for session_id, generation in generations:
+            await self.clear(session_id, before_generation=generation)
+
     async def entries_for_event(
         self, session_id: str, external_event_id: str, kinds: Sequence[EntryKind], *, generation: int = 0
     ) -> list[JournalEntry]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from core.errors import Unavailable
@@ -81,6 +82,10 @@ class RecordingEventSink:
     async def emit(self, session_id: str, event_type: str, payload: JsonObject) -> None:
         """Record the event."""
         self.events.append(EmittedEvent(session_id, event_type, payload))
+
+    async def emit_all(self, events: Sequence[tuple[str, str, JsonObject]]) -> None:
+        """Record the events in order."""
+        self.events.extend(EmittedEvent(*e) for e in events)
 
     def of_type(self, event_type: str) -> list[EmittedEvent]:
         """The recorded events of one type, in order."""

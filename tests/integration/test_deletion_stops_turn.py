@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -77,16 +78,17 @@ async def test_deleting_a_session_stops_its_stalled_turn_before_the_clear(
     assert service.engines is not None and service.actors is not None
     engines, actors = service.engines, service.actors
     at_clear: dict[str, Any] = {}
-    real_clear = engines.clear
+    real_clear = engines.clear_older
 
-    async def observed_clear(session_id: str, **kw: Any) -> None:
+    async def observed_clear(generations: Sequence[tuple[str, int]]) -> None:
         # The history clear begins: the turn has stopped and its turn.ended is stored already.
+        [(session_id, _)] = generations
         actor = actors.get(session_id)
         at_clear["busy"] = actor is not None and actor.busy
         at_clear["turn_ended"] = await _stored_turn_ended(service, subjects, session_id)
-        await real_clear(session_id, **kw)
+        await real_clear(generations)
 
-    engines.clear = observed_clear  # type: ignore[method-assign]
+    engines.clear_older = observed_clear  # type: ignore[method-assign]
     deleted = await api(nc, subjects, "session", "delete", {"session_id": sid})
     assert deleted["ok"], deleted
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import pytest
@@ -34,7 +34,7 @@ class HeldClears:
     """Holds the data clear of chosen deleted sessions (their deletion stays in progress) until released."""
 
     def __init__(self, service: TurnstileService, hold: Callable[[str], bool]) -> None:
-        self._original: Callable[[str], Awaitable[None]] = service._clear_session_data
+        self._original: Callable[[Sequence[str]], Awaitable[None]] = service._clear_session_data
         self._hold = hold
         self.entered: set[str] = set()
         self.release: dict[str, asyncio.Event] = {}
@@ -43,11 +43,12 @@ class HeldClears:
     def gate(self, session_id: str) -> asyncio.Event:
         return self.release.setdefault(session_id, asyncio.Event())
 
-    async def _clear(self, session_id: str) -> None:
-        if self._hold(session_id):
-            self.entered.add(session_id)
-            await self.gate(session_id).wait()
-        await self._original(session_id)
+    async def _clear(self, session_ids: Sequence[str]) -> None:
+        for session_id in session_ids:
+            if self._hold(session_id):
+                self.entered.add(session_id)
+                await self.gate(session_id).wait()
+        await self._original(session_ids)
 
 
 class WatchedRecording:

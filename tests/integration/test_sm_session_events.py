@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -102,9 +103,11 @@ async def test_deleted_is_emitted_after_removal_and_before_the_data_clear(
     original = service._clear_session_data
     js, manager = service.js, service.manager
 
-    async def observing_clear(session_id: str) -> None:
+    async def observing_clear(session_ids: Sequence[str]) -> None:
         # At the clear: the record is out of the table and session.deleted is already in the stream,
         # while the history is still there (the clear has not happened yet).
+        assert list(session_ids) == [sid]
+        session_id = sid
         seen["in_table"] = manager.get_session(session_id) is not None
         try:
             await js.get_last_msg(subjects.events_stream, subjects.event(session_id, "session.deleted"))
@@ -112,7 +115,7 @@ async def test_deleted_is_emitted_after_removal_and_before_the_data_clear(
         except NotFoundError:
             seen["deleted_published"] = False
         seen["history_before"] = len(await service.engines.journal.load(session_id))  # type: ignore[union-attr]
-        await original(session_id)
+        await original(session_ids)
         seen["history_after"] = len(await service.engines.journal.load(session_id))  # type: ignore[union-attr]
 
     manager.set_clear_session_data(observing_clear)
@@ -137,10 +140,10 @@ async def test_a_message_arriving_during_deletion_waits_and_is_the_new_generatio
     original_clear = service._clear_session_data
     clearing, release = asyncio.Event(), asyncio.Event()
 
-    async def held_clear(session_id: str) -> None:
+    async def held_clear(session_ids: Sequence[str]) -> None:
         clearing.set()
         await release.wait()  # hold the deletion open in its data clear
-        await original_clear(session_id)
+        await original_clear(session_ids)
 
     entered: set[str] = set()
     returned: set[str] = set()

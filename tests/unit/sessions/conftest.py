@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 import pytest
 
 from core.sessions.manager import SessionManager
-from tests.fakes.session_repo import InMemorySessionRepository, RecordingEventSink
 from core.sessions.platforms import AdapterInstance, OwnerIdentities, PlatformRegistry
+from tests.fakes.session_repo import InMemorySessionRepository, RecordingEventSink
 
 START_EPOCH_S = 1_793_620_800.0  # 2026-11-02 12:00 UTC
 
@@ -35,8 +35,8 @@ class ClearLog:
 
     cleared: list[str] = field(default_factory=list)
 
-    async def __call__(self, session_id: str) -> None:
-        self.cleared.append(session_id)
+    async def __call__(self, session_ids: Sequence[str]) -> None:
+        self.cleared.extend(session_ids)
 
 
 def new_id(prefix: str = "s") -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 
 import pytest
 
@@ -212,7 +213,7 @@ async def test_inbound_waits_for_an_in_progress_deletion_and_is_the_new_generati
     release = asyncio.Event()
     clearing = asyncio.Event()
 
-    async def slow_clear(_session_id: str) -> None:
+    async def slow_clear(_session_ids: Sequence[str]) -> None:
         clearing.set()
         await release.wait()
 
