@@ -13,21 +13,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
 import sys
 import time
 from collections.abc import Awaitable
 
-import nats
 import orjson
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 from nats.js.errors import APIError
 
 from bench.shape import PublishShape, Spreader, payload_size
+from bench.worker_link import open_worker
 from consumers.settings import Settings
-from consumers.streams import ensure_streams
-from schemas.subjects import Subjects
 from schemas.tokens import encode_sid
 
 READY = "baseline ready"
@@ -53,17 +50,8 @@ def baseline_settings(nats_url: str, prefix: str) -> Settings:
 
 
 async def run(nats_url: str, prefix: str, shape: PublishShape, max_s: float) -> None:
-    settings = baseline_settings(nats_url, prefix)
-    subjects = Subjects(prefix)
-    nc = await nats.connect(nats_url)
-    js = nc.jetstream()
-    await ensure_streams(js, settings, subjects)
-    psub = await js.pull_subscribe_bind(durable=settings.consumer_name, stream=subjects.inbound_stream)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    loop.call_later(max_s, stop.set)
+    link = await open_worker(baseline_settings(nats_url, prefix), max_s)
+    settings, subjects, nc, js, psub, stop = link.settings, link.subjects, link.nc, link.js, link.psub, link.stop
 
     ck = shape.streams["checkpoint"]
     ev = shape.streams["events"]

@@ -32,7 +32,6 @@ import argparse
 import asyncio
 import contextlib
 import functools
-import signal
 import sqlite3
 import sys
 import time
@@ -41,7 +40,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import nats
 import orjson
 from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeoutError
@@ -50,8 +48,8 @@ from nats.js.errors import APIError, NotFoundError
 
 from bench.baseline import MAX_RETRIES, RETRY_DELAY_S, TOO_MANY_REQUESTS, baseline_settings
 from bench.shape import PublishShape, Spreader, payload_size
+from bench.worker_link import open_worker
 from consumers.settings import Settings
-from consumers.streams import ensure_streams
 from core.store.db import SQLITE_BUSY_TIMEOUT_MS
 from schemas.subjects import Subjects
 from schemas.tokens import encode_sid
@@ -261,17 +259,8 @@ async def _wait_for_go(nc: Any, prefix: str, stop: asyncio.Event, max_s: float) 
 
 
 async def run(nats_url: str, prefix: str, shape: PublishShape, db: Path, max_s: float) -> None:
-    settings = baseline_settings(nats_url, prefix)
-    subjects = Subjects(prefix)
-    nc = await nats.connect(nats_url)
-    js = nc.jetstream()
-    await ensure_streams(js, settings, subjects)
-    psub = await js.pull_subscribe_bind(durable=settings.consumer_name, stream=subjects.inbound_stream)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    loop.call_later(max_s, stop.set)
+    link = await open_worker(baseline_settings(nats_url, prefix), max_s)
+    settings, subjects, nc, js, psub, stop = link.settings, link.subjects, link.nc, link.js, link.psub, link.stop
     synchronous = Settings().sqlite_synchronous
     committer = Committer(open_db(db, synchronous), inline=synchronous == "NORMAL")
     floor = Floor(js, prefix, shape, committer, open_db(db, synchronous), settings.max_concurrent_turns)

@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
 import sys
 import time
 from typing import Any
 
-import nats
 import orjson
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
@@ -33,9 +31,8 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from bench.baseline import publish
+from bench.worker_link import open_worker
 from consumers.settings import Settings
-from consumers.streams import ensure_streams
-from schemas.subjects import Subjects
 
 READY = "peer ready"
 POOL_SIZE = 16  # connections (and so turns in flight); PostgreSQL's default max_connections is 100
@@ -59,17 +56,8 @@ def peer_settings(nats_url: str, prefix: str) -> Settings:
 
 
 async def run(nats_url: str, prefix: str, pg_url: str, max_s: float) -> None:
-    settings = peer_settings(nats_url, prefix)
-    subjects = Subjects(prefix)
-    nc = await nats.connect(nats_url)
-    js = nc.jetstream()
-    await ensure_streams(js, settings, subjects)
-    psub = await js.pull_subscribe_bind(durable=settings.consumer_name, stream=subjects.inbound_stream)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    loop.call_later(max_s, stop.set)
+    link = await open_worker(peer_settings(nats_url, prefix), max_s)
+    settings, subjects, nc, js, psub, stop = link.settings, link.subjects, link.nc, link.js, link.psub, link.stop
 
     # LangGraph's documented set-up for the async saver: autocommit, dict rows, no prepared statements.
     kwargs = {"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row}
