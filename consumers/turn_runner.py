@@ -305,6 +305,11 @@ class TurnRunner:
         generation, target = plan.generation, plan.target
         stream_to = target.platform if plan.answers_inbound and target is not None else None
         await self._events.started(engine, self._generation, platform=stream_to, **plan.started)
+        # The step's checkpoint, ``turn.started`` and the typing signal sit in the connection's
+        # buffer until this task yields: let the client's flusher write them now, so the
+        # checkpoint's round trip (which the next checkpoint waits for) overlaps building the
+        # model request and the model call instead of following them.
+        await asyncio.sleep(0)
         if plan.on_started is not None:
             plan.on_started({"turn_id": engine.turn_id, "status": engine.status})
         deadline = None

@@ -10,6 +10,7 @@ named ``turnstile``.
 from __future__ import annotations
 
 import operator
+from array import array
 from collections import OrderedDict
 from typing import Any
 
@@ -34,10 +35,19 @@ def _args_text(arguments: dict[str, Any]) -> str:
 
 
 class TranscriptMemo:
-    """Per-item projections, rendered blocks and JSON encodings of one transcript list,
-    reused while it only grows (the checkpoint encoder splices the encodings)."""
+    """Per-item projections and rendered blocks of one transcript list, and the JSON the
+    checkpoint encoder splices, reused while the transcript only grows.
 
-    __slots__ = ("block_starts", "blocks", "item_json", "items", "messages", "messages_json", "source")
+    A snapshot repeats the whole conversation at every checkpoint, so its encodings are kept
+    joined, grown by each new item: ``transcript_json`` (the items' JSON, comma-joined),
+    ``projection_json`` (the projected messages' JSON, comma-joined) and ``chatend_json`` (the
+    blocks joined by a blank line, JSON-escaped, without quotes); a checkpoint copies each
+    once. ``ends`` holds, per item, where its part of each ends, so a rewritten transcript (a
+    compaction) cuts them back to the unchanged prefix.
+    """
+
+    __slots__ = ("block_starts", "blocks", "chatend_json", "ends", "items", "messages", "projection_json", "source",
+                 "transcript_json")
 
     def __init__(self, source: list[TranscriptItem]) -> None:
         self.source = source
@@ -45,8 +55,10 @@ class TranscriptMemo:
         self.messages: list[list[dict[str, Any]]] = []
         self.blocks: list[str] = []  # rendered blocks of all items, flat (the chatend text joins them)
         self.block_starts: list[int] = []  # where each item's blocks start in ``blocks``
-        self.item_json: list[bytes] = []  # orjson of each item
-        self.messages_json: list[bytes] = []  # its projected messages, comma-joined (b"" for none)
+        self.transcript_json = bytearray()
+        self.projection_json = bytearray()
+        self.chatend_json = bytearray()
+        self.ends = array("Q")  # per item: the lengths of the three after it (3 entries an item)
 
     def sync(self, transcript: list[TranscriptItem]) -> None:
         # Transcript items are never edited in place, so item identity marks the reusable prefix.
@@ -58,17 +70,31 @@ class TranscriptMemo:
             same = 0
             while same < limit and items[same] is transcript[same]:
                 same += 1
-        if same < len(self.block_starts):
+        if same < len(items):
             del self.blocks[self.block_starts[same]:]
-        del items[same:], self.messages[same:], self.block_starts[same:], self.item_json[same:], self.messages_json[same:]
+            del items[same:], self.messages[same:], self.block_starts[same:], self.ends[3 * same:]
+            t_end, p_end, c_end = self.ends[-3:] if self.ends else (0, 0, 0)
+            del self.transcript_json[t_end:], self.projection_json[p_end:], self.chatend_json[c_end:]
         for item in transcript[same:]:
             projected = _project_item(item)
             items.append(item)
             self.messages.append(projected)
             self.block_starts.append(len(self.blocks))
-            self.blocks.extend(_render_block(m) for m in projected)
-            self.item_json.append(orjson.dumps(item))
-            self.messages_json.append(b",".join(orjson.dumps(m) for m in projected))
+            _join_onto(self.transcript_json, orjson.dumps(item))
+            for m in projected:
+                _join_onto(self.projection_json, orjson.dumps(m))
+                block = _render_block(m)
+                if self.blocks:
+                    self.chatend_json += b"\\n\\n"
+                self.blocks.append(block)
+                self.chatend_json += orjson.dumps(block)[1:-1]
+            self.ends.extend((len(self.transcript_json), len(self.projection_json), len(self.chatend_json)))
+
+
+def _join_onto(joined: bytearray, part: bytes) -> None:
+    if joined:
+        joined += b","
+    joined += part
 
 
 _memos: OrderedDict[int, TranscriptMemo] = OrderedDict()
@@ -113,6 +139,18 @@ def memo_chatend_text(system_prompt: str, memo: TranscriptMemo) -> str:
     """The chatend text of a synced memo."""
     blocks = memo.blocks
     return f"[system]\n{system_prompt}\n\n" + ("\n\n".join(blocks) + "\n" if blocks else "")
+
+
+def memo_chatend_json(system_prompt: str, memo: TranscriptMemo) -> bytes:
+    """``orjson.dumps(memo_chatend_text(system_prompt, memo))``, from the memo's joined escape.
+
+    JSON escaping is per character, so the escape of a concatenation is the concatenation of
+    the escapes: the conversation's part is escaped once, when its items arrive.
+    """
+    head = orjson.dumps(f"[system]\n{system_prompt}\n\n")[:-1]
+    if not memo.blocks:
+        return head + b'"'
+    return b"".join((head, memo.chatend_json, b'\\n"'))
 
 
 def _project_item(item: TranscriptItem) -> list[dict[str, Any]]:

@@ -14,7 +14,7 @@ import orjson
 from pydantic import Field
 from pydantic_core import to_jsonable_python
 
-from core.engine.chatend import memo_chatend_text, memo_for, project_messages, transcript_chatend_text
+from core.engine.chatend import memo_chatend_json, memo_for, project_messages, transcript_chatend_text
 from core.engine.state import EventRecord, SessionState, TranscriptItem
 from core.errors import InvalidInput
 
@@ -120,7 +120,8 @@ def encode_snapshot(state: SessionState, system_prompt: str, since_version: int 
     A checkpoint is complete (KS-20), so it repeats the whole transcript, its projection
     and the chatend text; encoding them again at every durable step would make each step
     cost O(conversation). Transcript items are never edited in place, so their JSON (and
-    their projected messages' JSON) is encoded once; only the small rest of the state is
+    their projected messages' JSON) is encoded once and kept joined, and the chatend text
+    kept JSON-escaped (``TranscriptMemo``): a snapshot copies each once; only the small rest of the state is
     serialised per snapshot (its JSON-ready tail by orjson, ``ORJSON_TAIL_FIELDS``).
     ``test_snapshot`` proves the bytes parse to ``build_snapshot``.
     """
@@ -129,12 +130,12 @@ def encode_snapshot(state: SessionState, system_prompt: str, since_version: int 
     raw = b"".join((
         rest[:-1],
         b",", orjson.dumps({name: getattr(state, name) for name in ORJSON_TAIL_FIELDS}, default=to_jsonable_python)[1:-1],
-        b',"transcript":[', b",".join(memo.item_json),
+        b',"transcript":[', memo.transcript_json,
         b'],"format_version":', str(FORMAT_VERSION).encode(),
         b',"state_version":', str(state.next_seq).encode(),
         b',"status":"', status_of(state).encode(),
-        b'","projection":[', b",".join(filter(None, memo.messages_json)),
-        b'],"chatend_text":', orjson.dumps(memo_chatend_text(system_prompt, memo)),
+        b'","projection":[', memo.projection_json,
+        b'],"chatend_text":', memo_chatend_json(system_prompt, memo),
         b"}",
     ))
     return EncodedSnapshot(

@@ -78,8 +78,11 @@ def _final_reply(session: SessionPort, response: ModelResponse) -> bool:
 
 
 def _request(session: SessionPort) -> ModelRequest:
+    # Built without validation: every field is already of its type (the projection's fresh
+    # message dicts, the registry's frozen specs), and validating ``messages`` walked and
+    # copied the whole conversation again at every model round (O(transcript) per turn).
     state = session.state
-    return ModelRequest(
+    return ModelRequest.model_construct(
         model=state.runtime.model,
         reasoning_effort=state.runtime.reasoning_effort,
         system_prompt=session.system_prompt,

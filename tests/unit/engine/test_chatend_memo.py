@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from core.engine.chatend import chatend_text, project_messages, render_messages, transcript_chatend_text
 
 
@@ -36,3 +38,43 @@ def test_projected_messages_are_fresh_dicts_callers_may_change() -> None:
     first = project_messages(transcript)
     first[0]["content"] = "changed"
     assert project_messages(transcript)[0]["content"] == "hi"
+
+
+def _joined(transcript: list[dict[str, Any]], system: str) -> tuple[bytes, bytes, bytes]:
+    """What the snapshot encoder splices, computed from scratch."""
+    from core.engine.chatend import memo_chatend_json, memo_for
+
+    memo = memo_for(transcript)
+    return bytes(memo.transcript_json), bytes(memo.projection_json), memo_chatend_json(system, memo)
+
+
+def _fresh(transcript: list[dict[str, Any]], system: str) -> tuple[bytes, bytes, bytes]:
+    messages = project_messages(list(transcript))
+    return (
+        b",".join(orjson.dumps(item) for item in transcript),
+        b",".join(orjson.dumps(m) for m in messages),
+        orjson.dumps(chatend_text(system, messages)),
+    )
+
+
+def test_the_joined_encodings_equal_fresh_ones_byte_for_byte_through_growth_and_rewrites() -> None:
+    # The checkpoint splices these (core/engine/snapshot.py): JSON escaping done per item must
+    # give the bytes of escaping the whole text (quotes, backslashes, control and non-ASCII).
+    system = 'sys "quoted" \\ back\tslash'
+    transcript: list[dict[str, Any]] = []
+    assert _joined(transcript, system) == _fresh(transcript, system)
+    tricky = ['plain', 'a "quote"', "back\\slash", "new\nline\r\n", "tab\t\x01\x1f ctrl", "é ü 漢字 🎉", ""]
+    for i, text in enumerate(tricky):
+        transcript.append(_item("user_message", text=text))
+        transcript.append(_item("agent_message", text=f"{text}!", tool_calls=[{"id": f"c{i}", "name": "t", "arguments": {"q": text}}]))
+        transcript.append(_item("tool_call", id=f"c{i}"))  # projects to no message
+        transcript.append(_item("tool_result", id=f"c{i}", content=text))
+        assert _joined(transcript, system) == _fresh(transcript, system)
+    transcript[:8] = [_item("summary", text='earlier "stuff"\n')]  # compaction rewrites the head
+    assert _joined(transcript, system) == _fresh(transcript, system)
+    del transcript[-3:]
+    assert _joined(transcript, system) == _fresh(transcript, system)
+    transcript.append(_item("notice", code="x", text="after\\the\"cut"))
+    assert _joined(transcript, system) == _fresh(transcript, system)
+    del transcript[:]
+    assert _joined(transcript, system) == _fresh(transcript, system)
