@@ -158,6 +158,10 @@ def print_report(r: dict[str, Any]) -> None:
     for name, count, size in d.get("by_type", [])[:20]:
         print(f"    {size / 1e6:8.2f} MB {count:>9,}  {name}")
     _print_actors(d.get("actor_retained") or {})
+    if d.get("big_containers"):
+        print("  containers of 1,000 items or more (owner, type, items, shallow bytes):")
+        for owner, kind, n, size in d["big_containers"]:
+            print(f"    {size / 1e6:8.2f} MB {n:>9,}  {kind:12} {owner}")
     mid = r.get("midway")
     if mid:
         print(f"  midway ({mid['replies']:,} replies in): RSS {_mb(mid['rss_bytes'])} MB")

@@ -6,13 +6,15 @@ The service is the unmodified ``consumers.cli run``; this wrapper only adds:
   (so start-up allocations are traced too; it slows the process, so RSS is not read in that mode);
 - SIGUSR1: after a full ``gc.collect()`` (what it found unreachable counted by type first: the
   reference cycles left for the collector), writes ``$BENCH_MEMORY_OUT.json`` — live objects by type
-  (count, shallow bytes), RSS before and after glibc's ``malloc_trim(0)`` and, when tracing, the top allocation sites by line, by module and by
+  (count, shallow bytes), the containers with 1,000 items or more (by owner: the maps that grow with
+  sessions), RSS before and after glibc's ``malloc_trim(0)`` and, when tracing, the top allocation sites by line, by module and by
   traceback — then ``$BENCH_MEMORY_OUT.done``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import ctypes
 import ctypes.util
 import gc
@@ -149,6 +151,33 @@ def _actor_retained(sample: int = 20) -> dict[str, Any]:
     }
 
 
+def _owner_of(container: object) -> str:
+    """Where ``container`` hangs: ``Type.attribute`` of the object whose ``__dict__`` (or slot) holds it."""
+    for ref in gc.get_referrers(container):
+        if isinstance(ref, dict):
+            key = next((k for k, v in ref.items() if v is container), None)
+            owners = [o for o in gc.get_referrers(ref) if getattr(o, "__dict__", None) is ref]
+            if owners:
+                return f"{type(owners[0]).__qualname__}.{key}"
+            if key is not None and isinstance(ref.get("__name__"), str):
+                return f"{ref['__name__']}.{key}"
+        elif not isinstance(ref, (list, types.FrameType)) and hasattr(type(ref), "__slots__"):
+            slot = next((n for n in type(ref).__slots__ if getattr(ref, n, None) is container), None)
+            if slot:
+                return f"{type(ref).__qualname__}.{slot}"
+    return "?"
+
+
+def _big_containers(min_len: int = 1000) -> list[tuple[str, str, int, int]]:
+    """Dicts, sets, lists and deques holding at least ``min_len`` items (the maps that grow with sessions):
+    owner, type, length, shallow bytes."""
+    found = []
+    for obj in gc.get_objects():
+        if type(obj) in (dict, set, list, collections.deque, collections.OrderedDict) and len(obj) >= min_len:
+            found.append((_owner_of(obj), type(obj).__qualname__, len(obj), sys.getsizeof(obj)))
+    return sorted(found, key=lambda f: -f[3])[:TOP]
+
+
 def _cyclic_garbage() -> dict[str, Any]:
     """A full collection, keeping what it found unreachable (``DEBUG_SAVEALL``): the reference cycles the
     service left behind since the collector last ran that far, by type (count, shallow bytes); then freed."""
@@ -226,6 +255,7 @@ def main() -> None:
         data["malloc_trim"] = _malloc_trim()
         data["rss_after_trim_bytes"] = _rss_bytes()
         data["actor_retained"] = _actor_retained()  # after the RSS reads: the walk allocates
+        data["big_containers"] = _big_containers()
         if frames > 0:
             data.update(_traced())
         Path(out + ".json").write_bytes(orjson.dumps(data))
