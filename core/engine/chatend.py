@@ -33,6 +33,12 @@ def _args_text(arguments: dict[str, Any]) -> str:
     return orjson.dumps(arguments, option=orjson.OPT_SORT_KEYS).decode()
 
 
+def _exact(encoded: bytes) -> bytes:
+    """``encoded`` copied at its length. orjson hands back its whole write buffer (4 KB at least, even
+    for 40 bytes of JSON); a memo keeps its encodings while the session is loaded."""
+    return bytes(memoryview(encoded))
+
+
 class TranscriptMemo:
     """Per-item projections, rendered blocks and JSON encodings of one transcript list,
     reused while it only grows (the checkpoint encoder splices the encodings)."""
@@ -67,8 +73,9 @@ class TranscriptMemo:
             self.messages.append(projected)
             self.block_starts.append(len(self.blocks))
             self.blocks.extend(_render_block(m) for m in projected)
-            self.item_json.append(orjson.dumps(item))
-            self.messages_json.append(b",".join(orjson.dumps(m) for m in projected))
+            self.item_json.append(_exact(orjson.dumps(item)))
+            encoded = [orjson.dumps(m) for m in projected]
+            self.messages_json.append(_exact(encoded[0]) if len(encoded) == 1 else b",".join(encoded))
 
 
 _memos: OrderedDict[int, TranscriptMemo] = OrderedDict()

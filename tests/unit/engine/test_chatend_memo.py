@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import tracemalloc
 from typing import Any
 
-from core.engine.chatend import chatend_text, project_messages, render_messages, transcript_chatend_text
+from core.engine.chatend import (
+    chatend_text,
+    forget_memo,
+    memo_for,
+    project_messages,
+    render_messages,
+    transcript_chatend_text,
+)
 
 
 def _item(kind: str, **payload: Any) -> dict[str, Any]:
@@ -36,3 +44,18 @@ def test_projected_messages_are_fresh_dicts_callers_may_change() -> None:
     first = project_messages(transcript)
     first[0]["content"] = "changed"
     assert project_messages(transcript)[0]["content"] == "hi"
+
+
+def test_a_memo_holds_its_encodings_at_their_length() -> None:
+    # orjson's output carries its 4 KB write buffer; a loaded session's memo keeps an encoding per item.
+    transcript = [_item("user_message", text=f"q{i}") for i in range(200)]
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        memo = memo_for(transcript)
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    encoded = sum(len(b) for b in memo.item_json) + sum(len(b) for b in memo.messages_json)
+    assert held < 10 * encoded, f"{held:,} B held for {encoded:,} B of JSON"
+    forget_memo(transcript)
