@@ -4,7 +4,9 @@ One nats-server, one service process (bench/memory_service.py: the unmodified ``
 with memory probes), SQLite by default (``--store postgres`` for a fresh PostgreSQL database).
 Steps: RSS once the service is ready (no sessions), then ``--sessions`` sessions × 1 plain message
 published at once and drained, RSS after the last reply; then an in-process dump (live objects by
-type after ``gc.collect()``, what one live session actor holds alone (a referent walk from each of
+type after ``gc.collect()``; the containers of 1,000 items or more, by owner; glibc's malloc totals and
+the largest anonymous mappings; ``BENCH_HOLDERS_OF=<text>``: who holds the strings containing it),
+what one live session actor holds alone (a referent walk from each of
 20 actors, by attribute path; ``--midway`` also dumps at half the replies); with ``--trace N`` also tracemalloc's top sites, by module and by
 traceback — tracing slows the process, so read its RSS figures as traced).
 
@@ -147,6 +149,10 @@ def print_report(r: dict[str, Any]) -> None:
     d = r.get("dump") or {}
     if d.get("rss_before_trim_bytes"):
         print(f"  in-process after gc: RSS {_mb(d['rss_before_trim_bytes'])} MB → after malloc_trim(0) {_mb(d['rss_after_trim_bytes'])} MB")
+    mi = d.get("mallinfo") or {}
+    if mi:
+        print(f"  glibc malloc (all arenas): {mi['arena'] / 1e6:.1f} MB from the system, {mi['uordblks'] / 1e6:.1f} MB in use,"
+              f" {mi['fordblks'] / 1e6:.1f} MB free inside; {mi['hblkhd'] / 1e6:.1f} MB in direct mmaps")
     for name, value in (d.get("pymalloc") or {}).items():
         print(f"  pymalloc {name}: {value / 1e6 if 'bytes' in name else value:,.1f}{' MB' if 'bytes' in name else ''}")
     cyc = d.get("cyclic_garbage") or {}
@@ -158,6 +164,14 @@ def print_report(r: dict[str, Any]) -> None:
     for name, count, size in d.get("by_type", [])[:20]:
         print(f"    {size / 1e6:8.2f} MB {count:>9,}  {name}")
     _print_actors(d.get("actor_retained") or {})
+    if d.get("anonymous_regions"):
+        print("  largest anonymous mappings (name, virtual MB, resident MB):")
+        for name, size, rss in d["anonymous_regions"][:12]:
+            print(f"    {rss / 1e6:8.2f} MB of {size / 1e6:8.1f}  {name}")
+    if d.get("big_containers"):
+        print("  containers of 1,000 items or more (owner, type, items, shallow bytes):")
+        for owner, kind, n, size in d["big_containers"]:
+            print(f"    {size / 1e6:8.2f} MB {n:>9,}  {kind:12} {owner}")
     mid = r.get("midway")
     if mid:
         print(f"  midway ({mid['replies']:,} replies in): RSS {_mb(mid['rss_bytes'])} MB")

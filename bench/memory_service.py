@@ -6,15 +6,18 @@ The service is the unmodified ``consumers.cli run``; this wrapper only adds:
   (so start-up allocations are traced too; it slows the process, so RSS is not read in that mode);
 - SIGUSR1: after a full ``gc.collect()`` (what it found unreachable counted by type first: the
   reference cycles left for the collector), writes ``$BENCH_MEMORY_OUT.json`` — live objects by type
-  (count, shallow bytes), RSS before and after glibc's ``malloc_trim(0)`` and, when tracing, the top allocation sites by line, by module and by
+  (count, shallow bytes), the containers with 1,000 items or more (by owner: the maps that grow with
+  sessions), RSS before and after glibc's ``malloc_trim(0)`` and, when tracing, the top allocation sites by line, by module and by
   traceback — then ``$BENCH_MEMORY_OUT.done``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import ctypes
 import ctypes.util
+import functools
 import gc
 import logging
 import os
@@ -149,6 +152,60 @@ def _actor_retained(sample: int = 20) -> dict[str, Any]:
     }
 
 
+def _owner_of(container: object) -> str:
+    """Where ``container`` hangs: ``Type.attribute`` of the object whose ``__dict__`` (or slot) holds it."""
+    for ref in gc.get_referrers(container):
+        if isinstance(ref, dict):
+            key = next((k for k, v in ref.items() if v is container), None)
+            owners = [o for o in gc.get_referrers(ref) if getattr(o, "__dict__", None) is ref]
+            if owners:
+                return f"{type(owners[0]).__qualname__}.{key}"
+            if key is not None and isinstance(ref.get("__name__"), str):
+                return f"{ref['__name__']}.{key}"
+        elif not isinstance(ref, (list, types.FrameType)) and hasattr(type(ref), "__slots__"):
+            slot = next((n for n in type(ref).__slots__ if getattr(ref, n, None) is container), None)
+            if slot:
+                return f"{type(ref).__qualname__}.{slot}"
+    return "?"
+
+
+def _big_containers(min_len: int = 1000) -> list[tuple[str, str, int, int]]:
+    """Dicts, sets, lists and deques holding at least ``min_len`` items (the maps that grow with sessions):
+    owner, type, length, shallow bytes. Also the ones the collector does not track (a ``dict[str, str]``,
+    a ``set[str]``: found through their owners), those frozen at start-up (``gc.freeze()``: module-level
+    maps; unfrozen for the scan) and ``lru_cache`` wrappers by their size."""
+    gc.unfreeze()
+    kinds = (dict, set, list, collections.deque, collections.OrderedDict)
+    found: dict[int, tuple[str, str, int, int]] = {}
+    for obj in gc.get_objects():
+        if type(obj) in kinds and len(obj) >= min_len:  # type: ignore[arg-type]
+            found[id(obj)] = (_owner_of(obj), type(obj).__qualname__, len(obj), sys.getsizeof(obj))  # type: ignore[arg-type]
+        elif type(obj) is functools._lru_cache_wrapper and obj.cache_info().currsize >= min_len:
+            name = f"{obj.__module__}.{obj.__qualname__}"
+            found[id(obj)] = (name, "lru_cache", obj.cache_info().currsize, 0)
+        for ref in gc.get_referents(obj):
+            if type(ref) in kinds and not gc.is_tracked(ref) and len(ref) >= min_len and id(ref) not in found:
+                found[id(ref)] = (_owner_of(ref), type(ref).__qualname__ + " (untracked)", len(ref), sys.getsizeof(ref))
+    return sorted(found.values(), key=lambda f: (-f[2], f[0]))[:TOP]
+
+
+def _holders_of_strings(part: str, sample: int = 5) -> dict[str, Any]:
+    """``$BENCH_HOLDERS_OF``: the live strings containing ``part`` and what holds them (referrer type, owner),
+    to find who keeps per-session strings."""
+    holders: Counter[str] = Counter()
+    examples: list[str] = []
+    for obj in gc.get_objects():
+        for ref in gc.get_referents(obj):
+            if type(ref) is str and part in ref:
+                holder = type(obj).__qualname__
+                if type(obj) in (dict, list, tuple, set):
+                    holder += " in " + _owner_of(obj)
+                holders[holder] += 1
+                if len(examples) < sample:
+                    examples.append(ref)
+    return {"part": part, "holders": holders.most_common(TOP), "examples": examples}
+
+
 def _cyclic_garbage() -> dict[str, Any]:
     """A full collection, keeping what it found unreachable (``DEBUG_SAVEALL``): the reference cycles the
     service left behind since the collector last ran that far, by type (count, shallow bytes); then freed."""
@@ -199,8 +256,40 @@ def _pymalloc_stats() -> dict[str, int]:
     return out
 
 
+def _anonymous_regions(top: int = 25) -> list[tuple[str, int, int]]:
+    """The largest resident anonymous mappings (``/proc/self/smaps``): name (``[heap]`` is the main malloc
+    heap; a thread's malloc arena is an unnamed 64 MB reservation), virtual size, resident bytes."""
+    regions: list[tuple[str, int, int]] = []
+    name, size = "", 0
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()
+        if "-" in head[0] and len(head) >= 5 and ":" not in head[0]:
+            start, end = (int(x, 16) for x in head[0].split("-"))
+            name, size = (head[5] if len(head) > 5 else "[anon]"), end - start
+        elif head[0] == "Anonymous:" and int(head[1]) > 0:
+            regions.append((name, size, int(head[1]) * 1024))
+    return sorted(regions, key=lambda r: -r[2])[:top]
+
+
 def _rss_bytes() -> int:
     return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+class _Mallinfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+def _mallinfo() -> dict[str, int]:
+    """glibc's ``mallinfo2()``: bytes its arenas hold from the system (``arena``), in use (``uordblks``), free
+    inside them (``fordblks``), and in direct mmaps (``hblkhd``); {} when not glibc 2.33+."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.mallinfo2.restype = _Mallinfo2
+        info = libc.mallinfo2()
+    except (OSError, AttributeError):
+        return {}
+    return {name: int(getattr(info, name)) for name in ("arena", "uordblks", "fordblks", "hblkhd")}
 
 
 def _malloc_trim() -> int | None:
@@ -222,10 +311,15 @@ def main() -> None:
         data: dict[str, Any] = {"cyclic_garbage": _cyclic_garbage()}
         data.update({"gc_objects": len(gc.get_objects()), "by_type": _objects_by_type()})
         data["pymalloc"] = _pymalloc_stats()
+        data["anonymous_regions"] = _anonymous_regions()
+        data["mallinfo"] = _mallinfo()
         data["rss_before_trim_bytes"] = _rss_bytes()
         data["malloc_trim"] = _malloc_trim()
         data["rss_after_trim_bytes"] = _rss_bytes()
         data["actor_retained"] = _actor_retained()  # after the RSS reads: the walk allocates
+        if os.environ.get("BENCH_HOLDERS_OF"):
+            data["holders_of"] = _holders_of_strings(os.environ["BENCH_HOLDERS_OF"])
+        data["big_containers"] = _big_containers()
         if frames > 0:
             data.update(_traced())
         Path(out + ".json").write_bytes(orjson.dumps(data))

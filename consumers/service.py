@@ -173,7 +173,7 @@ class TurnstileService:
         await lease.acquire(on_lost=self._on_lease_lost)
         self._opened.push_async_callback(self._release_ownership, lease)
         self._set_role("starting")
-        await migrate(db, allow_foreign_tables=s.database_allow_foreign_tables)
+        await migrate(db, allow_foreign_tables=s.database_allow_foreign_tables, in_child=True)
         await patiently(
             lambda: ensure_streams(js, s, self.subjects), "setting up the streams",
             None if patient else s.connect_timeout_s,

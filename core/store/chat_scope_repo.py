@@ -13,10 +13,9 @@ import time
 from collections.abc import Callable
 
 from sqlalchemy import Column, Connection, Double, String, Table, select
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from core.store.db import metadata
+from core.store.db import metadata, upsert_insert
 
 learned_chat_scopes_table = Table(
     "learned_chat_scopes",
@@ -50,7 +49,7 @@ class SqlChatScopeRepository:
             await conn.run_sync(self._add, platform, chat_type)
 
     def _add(self, conn: Connection, platform: str, chat_type: str) -> None:
-        dialect_insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+        dialect_insert = upsert_insert(conn.dialect.name)
         values = {"platform": platform, "chat_type": chat_type, "learned_at": time.time()}
         result = conn.execute(dialect_insert(learned_chat_scopes_table).values(values).on_conflict_do_nothing())
         if result.rowcount and self._on_write is not None:

@@ -9,10 +9,12 @@ SQLITE_BUSY at once, ignoring busy_timeout: aiosqlite #251).
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Callable
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
 import orjson
-from sqlalchemy import Engine, MetaData, event
+from sqlalchemy import Engine, MetaData, Table, event
 from sqlalchemy import create_engine as create_sync_engine_
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
@@ -25,6 +27,10 @@ NAMING = {
 }
 
 metadata = MetaData(naming_convention=NAMING)
+
+if TYPE_CHECKING:
+    from sqlalchemy.dialects.postgresql import Insert as PostgresInsert
+    from sqlalchemy.dialects.sqlite import Insert as SqliteInsert
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 # PRAGMA synchronous in WAL mode: NORMAL survives a killed process (the OS still writes the WAL);
@@ -71,6 +77,21 @@ def create_db_engine(url: str, *, sqlite_synchronous: str = "NORMAL", **kwargs: 
     kwargs.setdefault("pool_size", 10)
     kwargs.setdefault("max_overflow", 10)
     return create_async_engine(url, **kwargs)
+
+
+@cache
+def upsert_insert(dialect_name: str) -> Callable[[Table], PostgresInsert | SqliteInsert]:
+    """The dialect's ``insert`` (with its ``ON CONFLICT`` clauses) for a connection's ``dialect.name``.
+
+    PostgreSQL's dialect package (~2 MB resident) is imported only by a process that uses it.
+    """
+    if dialect_name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as postgres_insert
+
+        return postgres_insert
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+    return sqlite_insert
 
 
 def _configure_sqlite(db_engine: Engine, synchronous: str, *, immediate_begin: bool = True) -> None:

@@ -35,7 +35,6 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
@@ -43,7 +42,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wai
 from core.errors import OwnershipLost
 from core.inbox import DONE, DROPPED, STAGED, StagedMessage
 from core.store.committer import GroupCommitter
-from core.store.db import metadata
+from core.store.db import metadata, upsert_insert
 from core.store.partition_epochs import WriteFence, claims_of, epochs_hold
 
 log = logging.getLogger(__name__)
@@ -126,7 +125,7 @@ class SqlInbox:
                 }
                 for m in first.values()
             ]
-            insert = (postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert)(inbox)
+            insert = upsert_insert(conn.dialect.name)(inbox)
             rows = conn.execute(
                 insert.on_conflict_do_nothing().returning(inbox.c.platform, inbox.c.message_id), values
             )

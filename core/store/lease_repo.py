@@ -10,11 +10,10 @@ from __future__ import annotations
 import time
 
 from sqlalchemy import Column, Float, String, Table, delete, select
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core.errors import Conflict
-from core.store.db import metadata
+from core.store.db import metadata, upsert_insert
 
 file_leases = Table(
     "file_leases",
@@ -34,7 +33,7 @@ class SqlFileLeases:
     async def acquire(self, holder: str, path: str) -> None:
         """Lease ``path`` for ``holder`` (again is fine); Conflict when another holder has it."""
         async with self._db_engine.begin() as conn:
-            insert = (postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert)(file_leases)
+            insert = upsert_insert(conn.dialect.name)(file_leases)
             await conn.execute(
                 insert.values(path=path, holder=holder, acquired_at=time.time()).on_conflict_do_nothing()
             )

@@ -23,11 +23,10 @@ from collections.abc import Iterable
 from typing import Protocol
 
 from sqlalchemy import BigInteger, Column, Connection, Double, Integer, String, Table, or_, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core.errors import OwnershipLost
-from core.store.db import metadata
+from core.store.db import metadata, upsert_insert
 
 partition_epochs = Table(
     "partition_epochs",
@@ -92,7 +91,7 @@ async def record_epoch(engine: AsyncEngine, partition: int, epoch: int, owner: s
     t = partition_epochs
     values = {"partition": partition, "epoch": epoch, "owner": owner, "recorded_at": time.time()}
     async with engine.begin() as conn:
-        insert = (postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert)(t).values(values)
+        insert = upsert_insert(conn.dialect.name)(t).values(values)
         await conn.execute(
             insert.on_conflict_do_update(
                 index_elements=[t.c.partition],

@@ -12,11 +12,10 @@ import time
 from typing import Any
 
 from sqlalchemy import JSON, Column, Connection, Double, String, Table, delete, select
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core.sessions.platforms import AdapterInstance
-from core.store.db import metadata
+from core.store.db import metadata, upsert_insert
 
 ID_LEN = 512
 
@@ -80,7 +79,7 @@ class SqlPlatformRepository:
             await conn.run_sync(self._put, instance)
 
     def _put(self, conn: Connection, instance: AdapterInstance) -> None:
-        dialect_insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+        dialect_insert = upsert_insert(conn.dialect.name)
         stmt = dialect_insert(platform_instances_table).values(**instance_row(instance))
         keep = {"instance_id", "registered_at"}  # a replacement keeps its place in the order
         stmt = stmt.on_conflict_do_update(

@@ -10,7 +10,6 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 from sqlalchemy import Connection, RowMapping, Table, delete, select
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core.errors import Unavailable
@@ -18,6 +17,7 @@ from core.sessions.ports import StoreChange, StoredState
 from core.sessions.record_json import record_from_json, record_to_json
 from core.sessions.records import JsonObject, JsonValue, PlaceKind, PlaceRecord, SessionRecord, WorkspaceRecord
 from core.store.committer import GroupCommitter
+from core.store.db import upsert_insert
 from core.store.session_tables import generations_table, places_table, sessions_table, workspaces_table
 
 Row = dict[str, Any]
@@ -163,7 +163,7 @@ class SqlSessionRepository:
             return
         upsert = self._upserts.get(table.name)
         if upsert is None:  # built once per table: building ``excluded`` is costly on the hot path
-            stmt = postgresql.insert(table) if self._dialect == "postgresql" else sqlite.insert(table)
+            stmt = upsert_insert(self._dialect)(table)
             updates = {c.name: stmt.excluded[c.name] for c in table.columns if c.name not in keys}
             upsert = self._upserts[table.name] = stmt.on_conflict_do_update(index_elements=list(keys), set_=updates)
         conn.execute(upsert, rows)

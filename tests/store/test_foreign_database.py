@@ -83,3 +83,15 @@ def test_turnstile_migrate_command(tmp_path: Path) -> None:
     assert refused.returncode == 2 and "not turnstile's" in refused.stderr, refused.stderr
     assert "Traceback" not in refused.stderr
     assert run("--allow-foreign-tables").returncode == 0
+
+
+async def test_a_migration_in_a_child_process_refuses_a_foreign_database_alike(db_url: str) -> None:
+    await _create_foreign_table(db_url)
+    engine = create_db_engine(db_url)
+    try:
+        with pytest.raises(ForeignDatabase, match="invoices"):
+            await migrate(engine, in_child=True)
+        assert await migrate(engine, allow_foreign_tables=True, in_child=True)
+    finally:
+        await engine.dispose()
+    assert "alembic_version" in await _tables(db_url)

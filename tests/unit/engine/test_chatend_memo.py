@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import tracemalloc
 from typing import Any
 
 import orjson
 
-from core.engine.chatend import chatend_text, project_messages, render_messages, transcript_chatend_text
+from core.engine.chatend import (
+    chatend_text,
+    forget_memo,
+    memo_for,
+    project_messages,
+    render_messages,
+    transcript_chatend_text,
+)
 
 
 def _item(kind: str, **payload: Any) -> dict[str, Any]:
@@ -42,7 +50,7 @@ def test_projected_messages_are_fresh_dicts_callers_may_change() -> None:
 
 def _joined(transcript: list[dict[str, Any]], system: str) -> tuple[bytes, bytes, bytes]:
     """What the snapshot encoder splices, computed from scratch."""
-    from core.engine.chatend import memo_chatend_json, memo_for
+    from core.engine.chatend import memo_chatend_json
 
     memo = memo_for(transcript)
     return bytes(memo.transcript_json), bytes(memo.projection_json), memo_chatend_json(system, memo)
@@ -78,3 +86,18 @@ def test_the_joined_encodings_equal_fresh_ones_byte_for_byte_through_growth_and_
     assert _joined(transcript, system) == _fresh(transcript, system)
     del transcript[:]
     assert _joined(transcript, system) == _fresh(transcript, system)
+
+
+def test_a_memo_holds_its_encodings_at_their_length() -> None:
+    # orjson's output carries its 4 KB write buffer; a loaded session's memo keeps an encoding per item.
+    transcript = [_item("user_message", text=f"q{i}") for i in range(200)]
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        memo = memo_for(transcript)
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    encoded = len(memo.transcript_json) + len(memo.projection_json) + len(memo.chatend_json)
+    assert held < 10 * encoded, f"{held:,} B held for {encoded:,} B of JSON"
+    forget_memo(transcript)

@@ -41,3 +41,16 @@ def test_malformed_tokens_are_refused(bad: str) -> None:
 def test_empty_session_id_cannot_be_encoded() -> None:
     with pytest.raises(ValueError):
         encode_sid("")
+
+
+def test_encoding_the_ids_of_many_sessions_keeps_a_bounded_cache() -> None:
+    # Every session a process touches went through encode_sid; its cache must not grow with them.
+    for i in range(20_000):
+        encode_sid(f"cache-{i}")
+    assert encode_sid.cache_info().currsize <= 4096
+
+
+def test_a_plain_session_id_is_its_own_token() -> None:
+    sid = "plain-Id_09:@+="
+    assert encode_sid(sid) is sid
+    assert decode_sid(encode_sid(sid)) == sid
