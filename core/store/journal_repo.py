@@ -75,13 +75,13 @@ class SqlHistoryJournal:
             raise OwnershipLost(f"journal of {session_id!r} not written: its partition has a newer owner")
         self.appends += 1
 
-    async def load(self, session_id: str, *, generation: int = 0) -> list[JournalEntry]:
-        """Every entry of the session's ``generation`` in seq order."""
-        query = (
-            select(journal_entries)
-            .where(and_(journal_entries.c.session_id == session_id, journal_entries.c.generation == generation))
-            .order_by(journal_entries.c.seq)
-        )
+    async def load(self, session_id: str, *, generation: int = 0, from_seq: int = 0) -> list[JournalEntry]:
+        """Every entry of the session's ``generation`` with ``seq >= from_seq`` in seq order (a range of the
+        primary key: a reopen from a checkpoint reads only the rows it does not cover)."""
+        where = and_(journal_entries.c.session_id == session_id, journal_entries.c.generation == generation)
+        if from_seq:
+            where = and_(where, journal_entries.c.seq >= from_seq)
+        query = select(journal_entries).where(where).order_by(journal_entries.c.seq)
         return await self._entries(query)
 
     async def entries_for_event(

@@ -44,6 +44,21 @@ async def test_append_load_clear_round_trip(engine: AsyncEngine) -> None:
     await journal.aclose()
 
 
+async def test_load_from_a_seq_reads_that_generation_from_there_on(engine: AsyncEngine) -> None:
+    # A reopen from a checkpoint reads only the rows the checkpoint does not cover.
+    journal = SqlHistoryJournal(engine)
+    sid = f"s-{uuid.uuid4()}"
+    await journal.append(sid, [_entry(i, text=str(i)) for i in range(5)])
+    await journal.append(sid, [_entry(0, text="next generation")], generation=1)
+    assert [e.seq for e in await journal.load(sid, from_seq=3)] == [3, 4]
+    assert [e.payload["text"] for e in await journal.load(sid, from_seq=3)] == ["3", "4"]
+    assert await journal.load(sid, from_seq=5) == []
+    assert [e.seq for e in await journal.load(sid, from_seq=0)] == [0, 1, 2, 3, 4]
+    assert [e.payload["text"] for e in await journal.load(sid, generation=1, from_seq=0)] == ["next generation"]
+    assert await journal.load(sid, generation=1, from_seq=1) == []
+    await journal.aclose()
+
+
 async def test_taken_seq_is_a_conflict_and_does_not_fail_others(engine: AsyncEngine) -> None:
     journal = SqlHistoryJournal(engine)
     a, b = f"a-{uuid.uuid4()}", f"b-{uuid.uuid4()}"
