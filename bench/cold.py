@@ -76,7 +76,7 @@ async def measure(sessions: int, turns: int, db: str, work: Path, profile: bool,
             name = await stack.enter_async_context(fresh_database("cold"))
             extra["TURNSTILE_DATABASE_URL"] = pg_url(name, "postgresql+asyncpg")
         config = ServiceConfig(server.url, prefix, work / f"{prefix}.db", extra)
-        env = {**config.env(), "BENCH_PROFILE_OUT": str(profile_out)}
+        env = {**config.env(), "BENCH_PROFILE_OUT": str(profile_out), "BENCH_TIME_OPENS": "1"}
         if not profile:
             env["BENCH_PROFILE_OFF"] = "1"
         child = Child(["-m", "bench.profiled_service"], env, work / "service.log")
@@ -119,6 +119,14 @@ async def measure(sessions: int, turns: int, db: str, work: Path, profile: bool,
         "cold": _stats(cold),
         "warm": _stats(warm),
         "cold_minus_warm_p50_ms": (statistics.median(cold) - statistics.median(warm)) * 1000,
+        # per session: its cold message's latency minus its warm one's (the machine's load swings less
+        # within a pair than across the run)
+        "paired_diff_p50_ms": statistics.median(c - w for c, w in zip(cold, warm, strict=False)) * 1000,
+        # in the service: wall ms of each cold open (TurnRunner.load) and of the reads in it
+        "open_ms_p50": {
+            kind: statistics.median(values) if values else None for kind, values in counters.get("open_ms", {}).items()
+        },
+        "open_counts": {kind: len(values) for kind, values in counters.get("open_ms", {}).items()},
         "sql_statements_per_pair": {k: v / max(len(cold), 1) for k, v in sorted(counters["sql_statements"].items())},
         "load_average": os.getloadavg(),
     }
@@ -159,7 +167,9 @@ def main() -> None:
     print(
         f"{args.db}: {c['n']} cold / {w['n']} warm first messages (one at a time); cold p50 {c['p50_ms']:.2f} ms"
         f" p90 {c['p90_ms']:.2f}; warm p50 {w['p50_ms']:.2f} ms p90 {w['p90_ms']:.2f}; cold − warm p50"
-        f" {result['cold_minus_warm_p50_ms']:.2f} ms; load {result['load_average'][0]:.1f}",
+        f" {result['cold_minus_warm_p50_ms']:.2f} ms (paired {result['paired_diff_p50_ms']:.2f}); in the service, p50 ms:"
+        f" {' '.join(f'{k} {v:.2f}' for k, v in result['open_ms_p50'].items() if v is not None)};"
+        f" load {result['load_average'][0]:.1f}",
         flush=True,
     )
     for row in result.get("top_cumulative", []):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Protocol
 
-from core.engine import JournalEntry, Session, SessionOptions
+from core.engine import Session, SessionOptions
 from core.sessions.records import OriginChat, SessionRecord
 
 
@@ -15,16 +15,9 @@ class EngineOpener(Protocol):
     async def open(
         self, session_id: str, restored: dict[str, Any] | None, *, generation: int,
         options: SessionOptions | None = None, chat: dict[str, Any] | None = None, new: bool = False,
-        journal_read: tuple[int, list[JournalEntry]] | None = None,
     ) -> Session: ...
 
     def pop_created(self, session_id: str) -> bool: ...
-
-    def remember_unloaded(self, session_id: str, generation: int, next_seq: int) -> None: ...
-
-    def pop_unloaded(self, session_id: str, generation: int) -> int | None: ...
-
-    async def read_journal(self, session_id: str, *, generation: int, from_seq: int) -> tuple[int, list[JournalEntry]]: ...
 
     async def clear(self, session_id: str, *, before_generation: int | None = None) -> None: ...
 

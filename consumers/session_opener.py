@@ -10,7 +10,6 @@ from typing import Any
 from consumers.mcp_tools import McpToolServers
 from consumers.settings import Settings, secret_value
 from core.engine import (
-    JournalEntry,
     JournalHistoryReader,
     JournalOfGeneration,
     RuntimeModel,
@@ -26,7 +25,6 @@ from core.store.knowledge_repo import SqlKnowledgeStore
 from core.store.lease_repo import SqlFileLeases
 
 MAX_CREATED_REMEMBERED = 100_000  # sessions created and not opened yet (see SessionOpener.remember_created)
-MAX_UNLOADED_REMEMBERED = 100_000  # unloaded sessions' journal length (see SessionOpener.remember_unloaded)
 
 
 def build_provider(settings: Settings) -> Provider:
@@ -70,10 +68,6 @@ class SessionOpener:
         # Sessions this process created (record_inbound) and has not opened yet: they have no
         # journal and no checkpoint of their generation, so opening them reads neither.
         self._created: OrderedDict[str, None] = OrderedDict()
-        # Sessions unloaded by this process → (generation, the journal seq their engine had reached):
-        # where their next open of that generation reads the journal from, while it fetches the
-        # checkpoint. A plain dict (insertion order: oldest first): two ints a session, no transcript.
-        self._unloaded: dict[str, tuple[int, int]] = {}
         self.journal = journal
         self.knowledge = knowledge
         self.provider = provider
@@ -119,35 +113,16 @@ class SessionOpener:
         del self._created[session_id]
         return True
 
-    def remember_unloaded(self, session_id: str, generation: int, next_seq: int) -> None:
-        """``generation`` of ``session_id`` was unloaded with its journal at ``next_seq`` (a hint:
-        ``Session.open`` checks that the restored state reaches it, and reads the journal again from
-        the state when not)."""
-        self._unloaded.pop(session_id, None)
-        self._unloaded[session_id] = (generation, next_seq)
-        while len(self._unloaded) > MAX_UNLOADED_REMEMBERED:
-            del self._unloaded[next(iter(self._unloaded))]  # forgetting costs that session one overlap
-
-    def pop_unloaded(self, session_id: str, generation: int) -> int | None:
-        """The journal seq ``generation`` of ``session_id`` was unloaded at, once (None: not known)."""
-        hint = self._unloaded.pop(session_id, None)
-        return hint[1] if hint is not None and hint[0] == generation else None
-
-    async def read_journal(self, session_id: str, *, generation: int, from_seq: int) -> tuple[int, list[JournalEntry]]:
-        """``generation``'s entries with ``seq >= from_seq``, as ``Session.open``'s ``journal_read``."""
-        return from_seq, await self.journal.load(session_id, generation=generation, from_seq=from_seq)
-
     async def open(
         self, session_id: str, restored: dict[str, Any] | None, *, generation: int,
         options: SessionOptions | None = None, chat: dict[str, Any] | None = None, new: bool = False,
-        journal_read: tuple[int, list[JournalEntry]] | None = None,
     ) -> Session:
         """Open ``generation`` of ``session_id``; ``restored`` (a snapshot) wins over ``options``.
 
         The session reads and writes only that generation's journal rows, also after its id
         was deleted (SM-21/SM-22: a late write never reaches the next generation).
         ``new``: the session was created by this process a moment ago (``pop_created``), so its
-        journal is known to be empty and is not read. ``journal_read``: see ``read_journal``.
+        journal is known to be empty and is not read.
         """
         return await Session.open(
             session_id=session_id,
@@ -163,7 +138,6 @@ class SessionOpener:
             history_reader=JournalHistoryReader(JournalOfGeneration(self.journal, self._generation_of)),
             leases=self.leases,
             journal_empty=new,
-            journal_read=journal_read,
         )
 
     async def clear(self, session_id: str, *, before_generation: int | None = None) -> None:

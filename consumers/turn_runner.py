@@ -44,7 +44,7 @@ from consumers.runner_ports import EngineOpener, SessionRecords
 from consumers.turn_events import TurnEvents
 from consumers.turn_inputs import chat_of, external_id_of, work_of
 from consumers.turn_steps import Checkpointer, TurnPlan, TurnResult, TurnSteps
-from core.engine import FORMAT_VERSION, JournalEntry, Session, SessionOptions, TurnExhausted
+from core.engine import FORMAT_VERSION, Session, SessionOptions, TurnExhausted
 from core.engine.policy import MidTurnAction, MidTurnPolicy, decide_mid_turn
 from core.engine.snapshot import EncodedSnapshot
 from core.errors import Cancelled, CheckpointFailed, OwnershipLost, StaleGeneration, TurnstileError, Unavailable
@@ -175,8 +175,6 @@ class TurnRunner:
         """Forget the loaded session; the next item restores it from its last checkpoint."""
         if self._engine is not None:
             self._engine.forget_caches()
-            if self._generation is not None:
-                self._engines.remember_unloaded(self.session_id, self._generation, self._engine.state.next_seq)
         self._engine = None
         self._generation = None
         self._unload_pending = False
@@ -219,19 +217,7 @@ class TurnRunner:
             return self._engine
         # A session this process just created has no checkpoint of its generation and no journal.
         new = self._engine is None and self._engines.pop_created(self.session_id)
-        unloaded_at = None if new else self._engines.pop_unloaded(self.session_id, generation)
-        journal_read: tuple[int, list[JournalEntry]] | None = None
-        if new:
-            last = None
-        elif unloaded_at is None:
-            last = await self._pub.last_checkpoint(self.session_id)
-        else:
-            # Unloaded here at journal seq ``unloaded_at``: its checkpoint usually covers that much, so
-            # the journal rows from there are read at the same time (Session.open checks the cover).
-            last, journal_read = await asyncio.gather(
-                self._pub.last_checkpoint(self.session_id),
-                self._engines.read_journal(self.session_id, generation=generation, from_seq=unloaded_at),
-            )
+        last = None if new else await self._pub.last_checkpoint(self.session_id)
         restored: dict[str, Any] | None = None
         self._checkpoints.reset(0)  # fenced on "no checkpoint yet" unless one is found
         if last is not None:
@@ -245,8 +231,7 @@ class TurnRunner:
                 if cp.generation == generation:
                     restored = cp.snapshot
         self._engine = await self._engines.open(
-            self.session_id, restored, generation=generation, chat=chat_of(self._book, self.session_id, inbound), new=new,
-            journal_read=journal_read,
+            self.session_id, restored, generation=generation, chat=chat_of(self._book, self.session_id, inbound), new=new
         )
         self._engine.bind_work(work_of(self._book, self.session_id))
         self._generation = generation

@@ -99,7 +99,6 @@ class Session(SessionView):
         clock: Clock = utc_now,
         history_reader: HistoryReader | None = None,
         journal_empty: bool = False,
-        journal_read: tuple[int, list[JournalEntry]] | None = None,
     ) -> Session:
         """Create or reopen a session (KS-2).
 
@@ -110,10 +109,8 @@ class Session(SessionView):
         and ``system_prompt`` always come from the caller. An ingress session stages
         its source history on first open. The collaborators (``tools``, ``knowledge``,
         ``take_policy``, ``leases``) have no defaults: the caller passes what it uses. ``journal_empty``: the caller knows the session
-        was created a moment ago with no history, so the journal is not read. ``journal_read``: the
-        entries with ``seq >= from_seq`` as ``(from_seq, entries)``, read by the caller already (while
-        it fetched the snapshot); used when they cover everything after the state, else the journal is
-        read from the state's ``next_seq``.
+        was created a moment ago with no history, so the journal is not read. Only the entries the
+        state does not cover are read (``seq >= next_seq``: a range of the stored journal's key).
         """
         if not session_id:
             raise InvalidInput("session_id must not be empty")
@@ -128,13 +125,7 @@ class Session(SessionView):
             state.system_prompt_sha256 = prompt_sha
         else:
             state = _fresh_state(session_id, prompt_sha, runtime, options, iso(clock()))
-        if journal_empty:
-            newer: list[JournalEntry] = []
-        elif journal_read is not None and journal_read[0] <= state.next_seq:
-            newer = journal_read[1]
-        else:
-            newer = await journal.load(session_id, from_seq=state.next_seq)
-        for entry in newer:
+        for entry in [] if journal_empty else await journal.load(session_id, from_seq=state.next_seq):
             if entry.seq < state.next_seq:
                 continue
             if entry.seq != state.next_seq:

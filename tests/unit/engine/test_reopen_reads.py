@@ -1,5 +1,4 @@
-"""A reopen from a snapshot reads only the journal rows the snapshot does not cover, and a journal
-read done by the caller beforehand (while it fetched the snapshot) is used only when it covers them."""
+"""A reopen from a snapshot reads only the journal rows the snapshot does not cover, and folds them."""
 
 from __future__ import annotations
 
@@ -49,26 +48,4 @@ async def test_a_reopen_reads_the_journal_from_the_snapshot_on(make_session: Ses
     journal.loads.clear()
     restored = await make_session(journal=journal, restored=snap)
     assert journal.loads == [snap["state_version"]] and snap["state_version"] > 0
-    assert restored.snapshot() == full.snapshot()
-
-
-@pytest.mark.rule("KS-20", "MQ-2")
-async def test_a_journal_read_beforehand_is_used_only_when_it_covers_the_snapshot(make_session: SessionFactory) -> None:
-    journal = CountingJournal()
-    snap = await _two_turns_checkpointed_after_the_first(make_session, journal)
-    full = await make_session(journal=journal)
-    covered = snap["state_version"]
-    # Read from the snapshot's seq (or before): used as it is, no second read.
-    for start in (0, covered):
-        read = (start, await journal.load(full.session_id, from_seq=start))
-        journal.loads.clear()
-        restored = await make_session(journal=journal, restored=snap, journal_read=read)
-        assert journal.loads == []
-        assert restored.snapshot() == full.snapshot()
-    # Read from past the snapshot (the caller expected a newer checkpoint): it would miss rows, so
-    # the journal is read again from the snapshot's seq and the session is still the journal's.
-    late = (covered + 1, await journal.load(full.session_id, from_seq=covered + 1))
-    journal.loads.clear()
-    restored = await make_session(journal=journal, restored=snap, journal_read=late)
-    assert journal.loads == [covered]
     assert restored.snapshot() == full.snapshot()
