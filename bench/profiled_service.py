@@ -8,6 +8,10 @@ The service is the unmodified ``consumers.cli run``; this wrapper only adds, in-
   turn, SQLAlchemy's async front; aiosqlite's worker thread is not in it, its CPU is
   measured per thread from outside by the bench).
 
+With ``BENCH_TIME_OPENS`` set (bench/cold.py) it also times, in the window, every open of an
+unloaded session (``TurnRunner.load`` that had no engine loaded) and the two reads inside it
+(``Publisher.last_checkpoint``, ``SqlHistoryJournal.load``): wall ms each, from ``time.perf_counter``.
+
 SIGUSR1 resets the counters and starts the profiler (the measured window opens);
 SIGUSR2 stops it and writes ``$BENCH_PROFILE_OUT`` (pstats) and ``$BENCH_PROFILE_OUT.json``
 (counters), so start-up and shutdown are not in the figures. With ``BENCH_PROFILE_OFF`` set the
@@ -66,8 +70,42 @@ class SqlCounter:
             self.commit_log.append((first or now, now, sorted(tables)))
 
 
+class OpenTimer:
+    """Wall time of each cold open and of the reads in it, while ``active`` (BENCH_TIME_OPENS)."""
+
+    def __init__(self) -> None:
+        self.active = False
+        self.times: dict[str, list[float]] = {"open": [], "checkpoint_get": [], "journal_read": []}
+
+    def install(self) -> None:
+        from consumers.publisher import Publisher
+        from consumers.turn_runner import TurnRunner
+        from core.store.journal_repo import SqlHistoryJournal
+
+        timer = self
+
+        def timed(kind: str, fn: Any, only: Any = None) -> Any:
+            async def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+                if not timer.active or (only is not None and not only(self)):
+                    return await fn(self, *args, **kwargs)
+                t0 = time.perf_counter()
+                try:
+                    return await fn(self, *args, **kwargs)
+                finally:
+                    timer.times[kind].append((time.perf_counter() - t0) * 1000)
+
+            return wrapper
+
+        TurnRunner.load = timed("open", TurnRunner.load, lambda runner: runner._engine is None)  # type: ignore[method-assign]
+        Publisher.last_checkpoint = timed("checkpoint_get", Publisher.last_checkpoint)  # type: ignore[method-assign]
+        SqlHistoryJournal.load = timed("journal_read", SqlHistoryJournal.load)  # type: ignore[method-assign]
+
+
 def main() -> None:
     out = Path(os.environ["BENCH_PROFILE_OUT"])
+    opens = OpenTimer()
+    if os.environ.get("BENCH_TIME_OPENS"):
+        opens.install()
     sql = SqlCounter()
     event.listen(Engine, "before_cursor_execute", sql.on_execute)
     event.listen(Engine, "commit", sql.on_commit)
@@ -78,14 +116,21 @@ def main() -> None:
         sql.commits = 0
         sql.commit_log.clear()
         sql.active = True
+        for values in opens.times.values():
+            values.clear()
+        opens.active = True
         if not os.environ.get("BENCH_PROFILE_OFF"):  # hotpath --no-profile: counters and CPU only
             profiler.enable()
 
     def stop(_sig: int, _frame: FrameType | None) -> None:
         profiler.disable()
         sql.active = False
+        opens.active = False
         profiler.dump_stats(str(out))
-        data = {"sql_statements": dict(sql.statements), "sql_commits": sql.commits, "commit_log": sql.commit_log}
+        data = {
+            "sql_statements": dict(sql.statements), "sql_commits": sql.commits, "commit_log": sql.commit_log,
+            "open_ms": opens.times,
+        }
         Path(str(out) + ".json").write_bytes(orjson.dumps(data))
 
     signal.signal(signal.SIGUSR1, start)

@@ -60,8 +60,8 @@ class HistoryJournal(Protocol):
         """Durably append ``entries`` (consecutive seqs) atomically; Conflict on a taken seq."""
         ...
 
-    async def load(self, session_id: str) -> list[JournalEntry]:
-        """Every entry of the session in ``seq`` order (empty for an unknown session)."""
+    async def load(self, session_id: str, *, from_seq: int = 0) -> list[JournalEntry]:
+        """Every entry of the session with ``seq >= from_seq`` in ``seq`` order (empty for an unknown session)."""
         ...
 
     async def clear(self, session_id: str) -> None:
@@ -86,8 +86,8 @@ class GenerationalJournal(Protocol):
         """Durably append to ``generation``'s history; Conflict on a taken seq."""
         ...
 
-    async def load(self, session_id: str, *, generation: int = 0) -> list[JournalEntry]:
-        """Every entry of ``generation`` in ``seq`` order."""
+    async def load(self, session_id: str, *, generation: int = 0, from_seq: int = 0) -> list[JournalEntry]:
+        """Every entry of ``generation`` with ``seq >= from_seq`` in ``seq`` order."""
         ...
 
     async def clear(self, session_id: str, *, before_generation: int | None = None) -> None:
@@ -123,8 +123,8 @@ class JournalOfGeneration:
     async def append(self, session_id: str, entries: list[JournalEntry]) -> None:
         await self._journal.append(session_id, entries, generation=self._generation_of(session_id))
 
-    async def load(self, session_id: str) -> list[JournalEntry]:
-        return await self._journal.load(session_id, generation=self._generation_of(session_id))
+    async def load(self, session_id: str, *, from_seq: int = 0) -> list[JournalEntry]:
+        return await self._journal.load(session_id, generation=self._generation_of(session_id), from_seq=from_seq)
 
     async def clear(self, session_id: str) -> None:
         """Remove this generation and every older one."""

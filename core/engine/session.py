@@ -109,7 +109,8 @@ class Session(SessionView):
         and ``system_prompt`` always come from the caller. An ingress session stages
         its source history on first open. The collaborators (``tools``, ``knowledge``,
         ``take_policy``, ``leases``) have no defaults: the caller passes what it uses. ``journal_empty``: the caller knows the session
-        was created a moment ago with no history, so the journal is not read.
+        was created a moment ago with no history, so the journal is not read. Only the entries the
+        state does not cover are read (``seq >= next_seq``: a range of the stored journal's key).
         """
         if not session_id:
             raise InvalidInput("session_id must not be empty")
@@ -124,7 +125,7 @@ class Session(SessionView):
             state.system_prompt_sha256 = prompt_sha
         else:
             state = _fresh_state(session_id, prompt_sha, runtime, options, iso(clock()))
-        for entry in [] if journal_empty else await journal.load(session_id):
+        for entry in [] if journal_empty else await journal.load(session_id, from_seq=state.next_seq):
             if entry.seq < state.next_seq:
                 continue
             if entry.seq != state.next_seq:

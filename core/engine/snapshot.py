@@ -149,5 +149,7 @@ def state_from_snapshot(data: dict[str, Any]) -> SessionState:
     if version != FORMAT_VERSION:
         raise InvalidInput(f"unsupported snapshot format_version {version!r} (expected {FORMAT_VERSION})")
     snap = Snapshot.model_validate(data)
-    fields = set(SessionState.model_fields)
-    return SessionState.model_validate(snap.model_dump(include=fields))
+    # Validated once: a Snapshot is a SessionState plus projections, so its fields' values are
+    # already SessionState's (a dump and a second validation of the whole transcript cost a
+    # cold session's first message ~2x this function's time for nothing).
+    return SessionState.model_construct(**{name: getattr(snap, name) for name in SessionState.model_fields})

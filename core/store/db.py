@@ -117,6 +117,24 @@ def _configure_sqlite(db_engine: Engine, synchronous: str, *, immediate_begin: b
         conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
+def create_sqlite_reader_engine(async_engine: AsyncEngine) -> Engine:
+    """A synchronous database engine with one read-only connection on the same SQLite file, for short
+    reads run on the event loop itself (a WAL reader never waits for the writer; ``busy_timeout=0``:
+    in the rare case it would wait, the caller reads through the async pool instead)."""
+    url = async_engine.url.set(drivername="sqlite")
+    db_engine = create_sync_engine_(url, pool_size=1, max_overflow=0)
+    _configure_sqlite(db_engine, "NORMAL", immediate_begin=False)
+
+    @event.listens_for(db_engine, "connect")
+    def _reader_pragmas(dbapi_conn: Any, _record: Any) -> None:
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA busy_timeout=0")
+        cur.execute("PRAGMA query_only=1")
+        cur.close()
+
+    return db_engine
+
+
 def create_sqlite_writer_engine(async_engine: AsyncEngine, synchronous: str = "NORMAL") -> Engine:
     """A synchronous database engine with one connection on the same SQLite file: the group committer's.
 

@@ -18,13 +18,14 @@ from collections.abc import Sequence
 from typing import Any
 
 import orjson
-from sqlalchemy import Connection, Select, and_, bindparam, delete, exists, func, insert, or_, select, tuple_
+from sqlalchemy import Connection, Engine, Select, and_, bindparam, delete, exists, func, insert, or_, select, tuple_
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core.engine.journal import EntryKind, JournalEntry
 from core.errors import Conflict, OwnershipLost, Unavailable
 from core.store.committer import GroupCommitter
+from core.store.db import create_sqlite_reader_engine, is_sqlite
 from core.store.journal_tables import journal_entries
 from core.store.partition_epochs import WriteFence, claims_of, epochs_hold
 from core.store.session_tables import generations_table, sessions_table
@@ -40,6 +41,12 @@ class SqlHistoryJournal:
         self.appends = 0
         # Partitioned: appends carry the partition epoch held (core/store/partition_epochs.py).
         self.fence: WriteFence | None = None
+        # SQLite: a restore's journal tail (the rows past its checkpoint: usually none) is read on
+        # the event loop through this one read-only connection, ~0.1 ms, instead of the async pool's
+        # four thread hops (checkout, execute, fetch, reset: ~2.5 ms of a cold open on a loaded machine).
+        self._tail_reader: Engine | None = (
+            create_sqlite_reader_engine(db_engine) if is_sqlite(db_engine.url.drivername) else None
+        )
 
     @property
     def transactions(self) -> int:
@@ -75,13 +82,19 @@ class SqlHistoryJournal:
             raise OwnershipLost(f"journal of {session_id!r} not written: its partition has a newer owner")
         self.appends += 1
 
-    async def load(self, session_id: str, *, generation: int = 0) -> list[JournalEntry]:
-        """Every entry of the session's ``generation`` in seq order."""
-        query = (
-            select(journal_entries)
-            .where(and_(journal_entries.c.session_id == session_id, journal_entries.c.generation == generation))
-            .order_by(journal_entries.c.seq)
-        )
+    async def load(self, session_id: str, *, generation: int = 0, from_seq: int = 0) -> list[JournalEntry]:
+        """Every entry of the session's ``generation`` with ``seq >= from_seq`` in seq order (a range of the
+        primary key: a reopen from a checkpoint reads only the rows it does not cover)."""
+        where = and_(journal_entries.c.session_id == session_id, journal_entries.c.generation == generation)
+        if from_seq:
+            where = and_(where, journal_entries.c.seq >= from_seq)
+        query = select(journal_entries).where(where).order_by(journal_entries.c.seq)
+        if from_seq and self._tail_reader is not None:
+            try:
+                with self._tail_reader.connect() as conn:
+                    return _as_entries(conn.execute(query).all())
+            except DBAPIError:
+                pass  # busy (the reader never waits on the loop): read through the pool
         return await self._entries(query)
 
     async def entries_for_event(
@@ -107,13 +120,7 @@ class SqlHistoryJournal:
                 rows = (await conn.execute(query)).all()
         except DBAPIError as exc:
             raise Unavailable(f"journal read failed: {exc.orig!r}") from exc
-        return [
-            JournalEntry(
-                seq=row.seq, kind=EntryKind(row.kind), turn_id=row.turn_id,
-                external_event_id=row.external_event_id, at=row.at, payload=orjson.loads(row.payload),
-            )
-            for row in rows
-        ]
+        return _as_entries(rows)
 
     async def event_ids(self, session_id: str, kinds: Sequence[EntryKind], *, generation: int = 0) -> set[str]:
         """Distinct event ids of ``generation``'s entries of ``kinds`` (read once per loaded session)."""
@@ -171,6 +178,8 @@ class SqlHistoryJournal:
         """Flush queued appends (and stop the committer when it is this journal's own)."""
         if self._own_committer:
             await self._committer.aclose()
+        if self._tail_reader is not None:
+            self._tail_reader.dispose()
 
 
 # The columns of an appended row, in the order of the tuples ``append`` builds.
@@ -202,3 +211,13 @@ def _translate(session_id: str, entries: list[JournalEntry], exc: Exception) -> 
     if isinstance(exc, DBAPIError):
         return Unavailable(f"journal write failed: {exc.orig!r}")
     return exc
+
+
+def _as_entries(rows: Sequence[Any]) -> list[JournalEntry]:
+    return [
+        JournalEntry(
+            seq=row.seq, kind=EntryKind(row.kind), turn_id=row.turn_id,
+            external_event_id=row.external_event_id, at=row.at, payload=orjson.loads(row.payload),
+        )
+        for row in rows
+    ]

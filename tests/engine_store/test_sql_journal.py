@@ -7,6 +7,7 @@ import uuid
 from typing import Any
 
 import pytest
+from sqlalchemy import create_engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core.engine import (
@@ -41,6 +42,35 @@ async def test_append_load_clear_round_trip(engine: AsyncEngine) -> None:
     assert loaded[1].payload == {"text": "b", "nested": {"x": [1, 2]}} and loaded[2].payload["text"] == "ü 数据"
     await journal.clear(sid)
     assert await journal.load(sid) == []
+    await journal.aclose()
+
+
+async def test_load_from_a_seq_reads_that_generation_from_there_on(engine: AsyncEngine) -> None:
+    # A reopen from a checkpoint reads only the rows the checkpoint does not cover.
+    journal = SqlHistoryJournal(engine)
+    sid = f"s-{uuid.uuid4()}"
+    await journal.append(sid, [_entry(i, text=str(i)) for i in range(5)])
+    await journal.append(sid, [_entry(0, text="next generation")], generation=1)
+    assert [e.seq for e in await journal.load(sid, from_seq=3)] == [3, 4]
+    assert [e.payload["text"] for e in await journal.load(sid, from_seq=3)] == ["3", "4"]
+    assert await journal.load(sid, from_seq=5) == []
+    assert [e.seq for e in await journal.load(sid, from_seq=0)] == [0, 1, 2, 3, 4]
+    assert [e.payload["text"] for e in await journal.load(sid, generation=1, from_seq=0)] == ["next generation"]
+    assert await journal.load(sid, generation=1, from_seq=1) == []
+    await journal.aclose()
+
+
+async def test_a_tail_read_the_loop_cannot_do_goes_through_the_pool(engine: AsyncEngine, tmp_path: Any) -> None:
+    # SQLite reads a tail (from_seq > 0) on the loop through its read-only connection; when that
+    # read fails (busy, or here: no such file) the same rows come through the async pool.
+    journal = SqlHistoryJournal(engine)
+    sid = f"s-{uuid.uuid4()}"
+    await journal.append(sid, [_entry(i, text=str(i)) for i in range(3)])
+    if journal._tail_reader is None:
+        pytest.skip("PostgreSQL reads through the pool only")
+    journal._tail_reader.dispose()
+    journal._tail_reader = create_engine(f"sqlite:///{tmp_path}/missing/dir.db")
+    assert [e.payload["text"] for e in await journal.load(sid, from_seq=1)] == ["1", "2"]
     await journal.aclose()
 
 

@@ -29,9 +29,9 @@ class InMemoryJournal:
             existing.sort(key=lambda e: e.seq)
             self.append_calls += 1
 
-    async def load(self, session_id: str, *, generation: int = 0) -> list[JournalEntry]:
-        """Entries of ``generation`` in seq order."""
-        return list(self._entries.get((session_id, generation), []))
+    async def load(self, session_id: str, *, generation: int = 0, from_seq: int = 0) -> list[JournalEntry]:
+        """Entries of ``generation`` with ``seq >= from_seq`` in seq order."""
+        return [e for e in self._entries.get((session_id, generation), []) if e.seq >= from_seq]
 
     async def clear(self, session_id: str, *, before_generation: int | None = None) -> None:
         """Forget the session's generations older than ``before_generation`` (None: all)."""
