@@ -37,12 +37,14 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.sql.expression import Update
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
 
 from core.errors import OwnershipLost
 from core.inbox import DONE, DROPPED, STAGED, StagedMessage
 from core.store.committer import GroupCommitter
 from core.store.db import metadata, upsert_insert
+from core.store.driver_sql import driver_sql
 from core.store.partition_epochs import WriteFence, claims_of, epochs_hold
 
 log = logging.getLogger(__name__)
@@ -198,14 +200,9 @@ class SqlInbox:
             return
         marks, self._marks = self._marks, {}
         now = time.time()
-        stmt = (
-            update(inbox)
-            .where(and_(inbox.c.platform == bindparam("p"), inbox.c.message_id == bindparam("m")))
-            .values(status=bindparam("s"), finished_at=now)
-        )
-        params = [{"p": k[0], "m": k[1], "s": s} for k, s in marks.items()]
+        params = [(s, now, k[0], k[1]) for k, s in marks.items()]
         try:
-            await self._write(lambda conn: conn.execute(stmt, params), lazy=lazy)
+            await self._write(lambda conn: conn.exec_driver_sql(_mark_sql(conn), params), lazy=lazy)
         except Exception:
             # Put them back (newer marks win); the next flush retries.
             for k, s in marks.items():
@@ -263,6 +260,19 @@ class SqlInbox:
                 await self._flusher
             self._flusher = None
         await self.flush()
+
+
+def _mark_sql(conn: Connection) -> str:
+    """The status mark UPDATE, compiled once per dialect; bound with (status, finished_at, platform, message_id)."""
+
+    def build() -> Update:
+        return (
+            update(inbox)
+            .where(and_(inbox.c.platform == bindparam("p"), inbox.c.message_id == bindparam("m")))
+            .values(status=bindparam("s"), finished_at=bindparam("f"))
+        )
+
+    return driver_sql(conn, "inbox mark", build, ("s", "f", "p", "m"))
 
 
 def _log_flush_failure(state: RetryCallState) -> None:
