@@ -1,7 +1,8 @@
 """SqlSessionRepository: the session manager's repository port on SQLAlchemy 2 async.
 
 One ``StoreChange`` is one transaction (``engine.begin()``); upserts use the
-dialect's ``INSERT … ON CONFLICT DO UPDATE`` (SQLite and PostgreSQL).
+dialect's ``INSERT … ON CONFLICT DO UPDATE`` (SQLite and PostgreSQL), compiled once
+per dialect and table and run with ``exec_driver_sql`` (``core/store/driver_sql.py``).
 """
 
 from __future__ import annotations
