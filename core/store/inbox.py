@@ -37,12 +37,14 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.sql.expression import Insert, Update
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
 
 from core.errors import OwnershipLost
 from core.inbox import DONE, DROPPED, STAGED, StagedMessage
 from core.store.committer import GroupCommitter
 from core.store.db import metadata, upsert_insert
+from core.store.driver_sql import driver_sql
 from core.store.partition_epochs import WriteFence, claims_of, epochs_hold
 
 log = logging.getLogger(__name__)
@@ -114,21 +116,13 @@ class SqlInbox:
             for m in messages:  # the first occurrence of each key, in arrival order
                 first.setdefault(m.key, m)
             values = [
-                {
-                    "platform": m.platform,
-                    "message_id": m.message_id,
-                    "session_id": m.session_id,
-                    "generation": m.generation,
-                    "payload": m.payload,
-                    "status": STAGED,
-                    "staged_at": now,
-                }
+                (m.platform, m.message_id, m.session_id, m.generation, m.payload, STAGED, now)
                 for m in first.values()
             ]
-            insert = upsert_insert(conn.dialect.name)(inbox)
-            rows = conn.execute(
-                insert.on_conflict_do_nothing().returning(inbox.c.platform, inbox.c.message_id), values
-            )
+            if len(values) == 1:  # a live chat's message: the statement compiled once, run as text
+                rows = conn.exec_driver_sql(_stage_sql(conn), values[0]).all()
+            else:  # a backlog's batch: one multi-row statement (SQLAlchemy's insertmanyvalues)
+                rows = conn.execute(_stage_insert(conn), [dict(zip(_STAGE_COLUMNS, v, strict=True)) for v in values]).all()
             inserted = {(r[0], r[1]) for r in rows}
             for m in messages:
                 if m.key in inserted and m.key not in fresh:
@@ -198,14 +192,9 @@ class SqlInbox:
             return
         marks, self._marks = self._marks, {}
         now = time.time()
-        stmt = (
-            update(inbox)
-            .where(and_(inbox.c.platform == bindparam("p"), inbox.c.message_id == bindparam("m")))
-            .values(status=bindparam("s"), finished_at=now)
-        )
-        params = [{"p": k[0], "m": k[1], "s": s} for k, s in marks.items()]
+        params = [(s, now, k[0], k[1]) for k, s in marks.items()]
         try:
-            await self._write(lambda conn: conn.execute(stmt, params), lazy=lazy)
+            await self._write(lambda conn: conn.exec_driver_sql(_mark_sql(conn), params), lazy=lazy)
         except Exception:
             # Put them back (newer marks win); the next flush retries.
             for k, s in marks.items():
@@ -263,6 +252,33 @@ class SqlInbox:
                 await self._flusher
             self._flusher = None
         await self.flush()
+
+
+# The columns of a staged row, in the order of the tuples ``stage`` builds.
+_STAGE_COLUMNS = ("platform", "message_id", "session_id", "generation", "payload", "status", "staged_at")
+
+
+def _stage_insert(conn: Connection) -> Insert:
+    """INSERT … ON CONFLICT DO NOTHING RETURNING (platform, message_id): what is new gets staged."""
+    return upsert_insert(conn.dialect.name)(inbox).on_conflict_do_nothing().returning(inbox.c.platform, inbox.c.message_id)
+
+
+def _stage_sql(conn: Connection) -> str:
+    """The one-row staging INSERT, compiled once per dialect; bound with a tuple in ``_STAGE_COLUMNS`` order."""
+    return driver_sql(conn, "inbox stage", lambda: _stage_insert(conn), _STAGE_COLUMNS, column_keys=_STAGE_COLUMNS)
+
+
+def _mark_sql(conn: Connection) -> str:
+    """The status mark UPDATE, compiled once per dialect; bound with (status, finished_at, platform, message_id)."""
+
+    def build() -> Update:
+        return (
+            update(inbox)
+            .where(and_(inbox.c.platform == bindparam("p"), inbox.c.message_id == bindparam("m")))
+            .values(status=bindparam("s"), finished_at=bindparam("f"))
+        )
+
+    return driver_sql(conn, "inbox mark", build, ("s", "f", "p", "m"))
 
 
 def _log_flush_failure(state: RetryCallState) -> None:

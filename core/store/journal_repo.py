@@ -26,6 +26,7 @@ from core.engine.journal import EntryKind, JournalEntry
 from core.errors import Conflict, OwnershipLost, Unavailable
 from core.store.committer import GroupCommitter
 from core.store.db import create_sqlite_reader_engine, is_sqlite
+from core.store.driver_sql import driver_sql
 from core.store.journal_tables import journal_entries
 from core.store.partition_epochs import WriteFence, claims_of, epochs_hold
 from core.store.session_tables import generations_table, sessions_table
@@ -184,7 +185,6 @@ class SqlHistoryJournal:
 
 # The columns of an appended row, in the order of the tuples ``append`` builds.
 _ROW_COLUMNS = ("session_id", "generation", "seq", "kind", "turn_id", "external_event_id", "at", "payload")
-_INSERT_SQL: dict[tuple[str, str, str], str] = {}
 
 
 def _insert_sql(conn: Connection) -> str:
@@ -192,16 +192,7 @@ def _insert_sql(conn: Connection) -> str:
 
     Appends run it with ``exec_driver_sql`` and tuples: no statement compiled, cached or bound
     per append (every column is a plain string or integer, so there is nothing to convert)."""
-    dialect = conn.dialect
-    key = (dialect.name, dialect.driver, dialect.paramstyle)
-    sql = _INSERT_SQL.get(key)
-    if sql is None:
-        compiled = insert(journal_entries).compile(dialect=dialect, column_keys=list(_ROW_COLUMNS))
-        order = tuple(compiled.positiontup or ())
-        if order != _ROW_COLUMNS:
-            raise RuntimeError(f"journal INSERT binds {order}, not {_ROW_COLUMNS}")
-        sql = _INSERT_SQL[key] = str(compiled)
-    return sql
+    return driver_sql(conn, "journal insert", lambda: insert(journal_entries), _ROW_COLUMNS, column_keys=_ROW_COLUMNS)
 
 
 def _translate(session_id: str, entries: list[JournalEntry], exc: Exception) -> Exception:

@@ -1,7 +1,8 @@
 """SqlSessionRepository: the session manager's repository port on SQLAlchemy 2 async.
 
 One ``StoreChange`` is one transaction (``engine.begin()``); upserts use the
-dialect's ``INSERT … ON CONFLICT DO UPDATE`` (SQLite and PostgreSQL).
+dialect's ``INSERT … ON CONFLICT DO UPDATE`` (SQLite and PostgreSQL), compiled once
+per dialect and table and run with ``exec_driver_sql`` (``core/store/driver_sql.py``).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, cast
 
-from sqlalchemy import Connection, RowMapping, Table, delete, select
+from sqlalchemy import JSON, Connection, RowMapping, Table, delete, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core.errors import Unavailable
@@ -17,7 +18,8 @@ from core.sessions.ports import StoreChange, StoredState
 from core.sessions.record_json import record_from_json, record_to_json
 from core.sessions.records import JsonObject, JsonValue, PlaceKind, PlaceRecord, SessionRecord, WorkspaceRecord
 from core.store.committer import GroupCommitter
-from core.store.db import upsert_insert
+from core.store.db import json_text, upsert_insert
+from core.store.driver_sql import driver_sql
 from core.store.session_tables import generations_table, places_table, sessions_table, workspaces_table
 
 Row = dict[str, Any]
@@ -109,7 +111,6 @@ class SqlSessionRepository:
         if dialect not in ("sqlite", "postgresql"):
             raise Unavailable(f"unsupported database dialect {dialect!r}: use SQLite or PostgreSQL")
         self._dialect = dialect
-        self._upserts: dict[str, Any] = {}
 
     async def load(self) -> StoredState:
         """Read every session, place, workspace and generation."""
@@ -161,9 +162,35 @@ class SqlSessionRepository:
     def _upsert(self, conn: Connection, table: Table, keys: tuple[str, ...], rows: list[Row]) -> None:
         if not rows:
             return
-        upsert = self._upserts.get(table.name)
-        if upsert is None:  # built once per table: building ``excluded`` is costly on the hot path
+        columns = _columns(table)
+
+        def build() -> Any:
             stmt = upsert_insert(self._dialect)(table)
             updates = {c.name: stmt.excluded[c.name] for c in table.columns if c.name not in keys}
-            upsert = self._upserts[table.name] = stmt.on_conflict_do_update(index_elements=list(keys), set_=updates)
-        conn.execute(upsert, rows)
+            return stmt.on_conflict_do_update(index_elements=list(keys), set_=updates)
+
+        names = [name for name, _ in columns]
+        sql = driver_sql(conn, f"upsert {table.name}", build, names, column_keys=names)
+        # Bound as the columns' types would: JSON columns as text, None as SQL NULL (none_as_null).
+        conn.exec_driver_sql(
+            sql,
+            [
+                tuple(json_text(v) if is_json and v is not None else v for name, is_json in columns
+                      for v in (row.get(name),))
+                for row in rows
+            ],
+        )
+
+
+_COLUMNS: dict[str, tuple[tuple[str, bool], ...]] = {}
+
+
+def _columns(table: Table) -> tuple[tuple[str, bool], ...]:
+    """The table's columns in order, each with whether it is a JSON column."""
+    columns = _COLUMNS.get(table.name)
+    if columns is None:
+        for c in table.columns:
+            if isinstance(c.type, JSON) and not c.type.none_as_null:
+                raise RuntimeError(f"{table.name}.{c.name}: a JSON column without none_as_null binds None as 'null'")
+        columns = _COLUMNS[table.name] = tuple((c.name, isinstance(c.type, JSON)) for c in table.columns)
+    return columns

@@ -47,6 +47,15 @@ async def test_a_message_is_staged_once_and_pending_keeps_arrival_order(inbox: S
     assert [m.message_id for m in await inbox.pending()] == ["c"]
 
 
+async def test_a_message_staged_alone_is_staged_once_with_its_payload(inbox: SqlInbox) -> None:
+    # MQ-8 for the one-message batch of a live chat (its own statement, compiled once per dialect).
+    alone = StagedMessage(platform="cli", message_id="x", session_id="s1", generation=3, payload=b"\x00{\xff}")
+    assert await inbox.stage([alone]) == [True]
+    assert await inbox.stage([alone]) == [False]
+    assert await inbox.stage([message("y"), message("y")]) == [True, False]
+    assert await inbox.pending() == [alone, message("y")]
+
+
 async def test_finished_rows_are_pruned_and_staged_rows_stay(inbox: SqlInbox) -> None:
     await inbox.stage([message("done"), message("waiting")])
     inbox.mark(message("done"), DONE)

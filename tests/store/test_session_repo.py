@@ -6,7 +6,7 @@ import uuid
 from dataclasses import replace
 
 import pytest
-from sqlalchemy import insert
+from sqlalchemy import insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -150,3 +150,21 @@ async def test_a_restarted_service_keeps_generations_places_and_bindings(db_url:
         assert second.generation_of(room) not in {passed_before_deletion, first.generation_of(room)}
     finally:
         await restart_engine.dispose()
+
+
+async def test_absent_json_fields_are_sql_null_and_present_ones_json_text(engine: AsyncEngine) -> None:
+    # The upsert binds its JSON columns itself (compiled once, run with exec_driver_sql): None must
+    # stay SQL NULL as with the columns' own binding (none_as_null), values must read back as JSON.
+    repo = SqlSessionRepository(engine)
+    bare = SessionRecord(id=uid("s"), created_at=1.0, updated_at=2.0, metadata={"big": 2**70, "s": "ü"})
+    await repo.apply(StoreChange(sessions=(bare,)))
+    t = sessions_table
+    async with engine.connect() as conn:
+        row = (
+            await conn.execute(
+                select(t.c.metadata_json, t.c.origin_chat.is_(None), t.c.work.is_(None), t.c.tokens.is_(None))
+                .where(t.c.id == bare.id)
+            )
+        ).one()
+    assert row[0] == {"big": 2**70, "s": "ü"}
+    assert row[1] and row[2] and row[3]

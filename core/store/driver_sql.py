@@ -1,0 +1,44 @@
+"""Hot-path statements compiled once per dialect and run with ``exec_driver_sql``.
+
+A statement run through ``conn.execute(construct, params)`` costs, every time, a cache-key
+walk of the construct, the per-parameter bind processing and the building of a result with
+its column map. The writes of every message (journal appends, session record upserts, inbox
+status marks) are fixed statements over plain values, so they are compiled here once per
+dialect into the dialect's own SQL text and parameter style, and run as
+``conn.exec_driver_sql(sql, [tuple, ...])``: the caller converts what needs converting (JSON
+columns to text) and passes each row's values in the order the compiled statement binds them.
+The compiled order is checked against the order the caller builds, so a change of SQLAlchemy's
+rendering fails at the first statement instead of writing values into the wrong columns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import cast
+
+from sqlalchemy import Connection
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.elements import ClauseElement
+
+_SQL: dict[tuple[str, str, str, str], str] = {}
+
+
+def driver_sql(
+    conn: Connection, name: str, build: Callable[[], ClauseElement], binds: Sequence[str], *,
+    column_keys: Sequence[str] | None = None,
+) -> str:
+    """The SQL text of ``build()`` in ``conn``'s dialect, compiled once per (dialect, ``name``).
+
+    ``binds``: the bind names in the order the caller's tuples hold them (for an INSERT, pass
+    the same as ``column_keys``); RuntimeError when the compiled statement binds another order."""
+    dialect = conn.dialect
+    key = (dialect.name, dialect.driver, dialect.paramstyle, name)
+    sql = _SQL.get(key)
+    if sql is None:
+        keys = list(column_keys) if column_keys is not None else None
+        compiled = cast(SQLCompiler, build().compile(dialect=dialect, column_keys=keys))
+        order = tuple(compiled.positiontup or ())
+        if order != tuple(binds):
+            raise RuntimeError(f"{name}: the compiled statement binds {order}, not {tuple(binds)}")
+        sql = _SQL[key] = str(compiled)
+    return sql
