@@ -124,14 +124,7 @@ def create_sqlite_reader_engine(async_engine: AsyncEngine) -> Engine:
     url = async_engine.url.set(drivername="sqlite")
     db_engine = create_sync_engine_(url, pool_size=1, max_overflow=0)
     _configure_sqlite(db_engine, "NORMAL", immediate_begin=False)
-
-    @event.listens_for(db_engine, "connect")
-    def _reader_pragmas(dbapi_conn: Any, _record: Any) -> None:
-        cur = dbapi_conn.cursor()
-        cur.execute("PRAGMA busy_timeout=0")
-        cur.execute("PRAGMA query_only=1")
-        cur.close()
-
+    _on_connect_pragmas(db_engine, "busy_timeout=0", "query_only=1")
     return db_engine
 
 
@@ -152,12 +145,16 @@ def create_sqlite_writer_engine(async_engine: AsyncEngine, synchronous: str = "N
         url, pool_size=1, max_overflow=0, connect_args={"check_same_thread": False}, json_serializer=json_text
     )
     _configure_sqlite(db_engine, synchronous, immediate_begin=False)
+    _on_connect_pragmas(db_engine, "busy_timeout=0", "wal_autocheckpoint=0")
+    return db_engine
+
+
+def _on_connect_pragmas(db_engine: Engine, *pragmas: str) -> None:
+    """Set ``pragmas`` (after ``_configure_sqlite``'s) on every new connection of ``db_engine``."""
 
     @event.listens_for(db_engine, "connect")
-    def _writer_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    def _set(dbapi_conn: Any, _record: Any) -> None:
         cur = dbapi_conn.cursor()
-        cur.execute("PRAGMA busy_timeout=0")
-        cur.execute("PRAGMA wal_autocheckpoint=0")
+        for pragma in pragmas:
+            cur.execute(f"PRAGMA {pragma}")
         cur.close()
-
-    return db_engine
