@@ -107,7 +107,10 @@ async def stored_texts(nc: Client, subjects: Subjects, sid: str, with_ids: bool 
 
     async def read() -> tuple[list[str]] | None:
         js = nc.jetstream()
-        psub = await js.pull_subscribe(subjects.outbound("cli", sid), stream=subjects.outbound_stream)
+        try:
+            psub = await js.pull_subscribe(subjects.outbound("cli", sid), stream=subjects.outbound_stream)
+        except (TimeoutError, nats.errors.TimeoutError, ServiceUnavailableError):
+            return None  # the consumer create met a cluster still settling after a node kill: ask again
         out: list[str] = []
         try:
             while True:
