@@ -2,7 +2,7 @@
 
 One ``StoreChange`` is one transaction (``engine.begin()``); upserts use the
 dialect's ``INSERT … ON CONFLICT DO UPDATE`` (SQLite and PostgreSQL), compiled once
-per dialect and table and run with ``exec_driver_sql`` (``core/store/driver_sql.py``).
+per dialect and table and run with ``run_rows`` (``core/store/driver_sql.py``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from core.sessions.record_json import record_from_json, record_to_json
 from core.sessions.records import JsonObject, JsonValue, PlaceKind, PlaceRecord, SessionRecord, WorkspaceRecord
 from core.store.committer import GroupCommitter
 from core.store.db import json_text, upsert_insert
-from core.store.driver_sql import driver_sql
+from core.store.driver_sql import driver_sql, run_rows
 from core.store.session_tables import generations_table, places_table, sessions_table, workspaces_table
 
 Row = dict[str, Any]
@@ -170,7 +170,7 @@ class SqlSessionRepository:
             return stmt.on_conflict_do_update(index_elements=list(keys), set_=updates)
 
         sql = driver_sql(conn, f"upsert {table.name}", build, names, column_keys=names)
-        conn.exec_driver_sql(sql, [_bound(row, names, json_at) for row in rows])
+        run_rows(conn, sql, [_bound(row, names, json_at) for row in rows])
 
 
 def _bound(row: Row, names: tuple[str, ...], json_at: tuple[int, ...]) -> tuple[Any, ...]:
