@@ -106,8 +106,8 @@ class SqlInbox:
         refused: list[bool] = []
 
         def op(conn: Connection) -> None:
-            # One statement: insert what is new, skip what is staged already (a redelivery or a
-            # replay), and return the keys that were inserted.
+            # Insert what is new, skip what is staged already (a redelivery or a
+            # replay), and return the keys that were inserted (RETURNING), in one transaction.
             fresh.clear()
             refused.clear()
             if not epochs_hold(conn, claims):
