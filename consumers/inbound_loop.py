@@ -30,6 +30,7 @@ from consumers.inbound_decoding import decode_inbound
 from consumers.inbound_pipeline import Handoff, InboundPipeline, InboundRecorder
 from consumers.metrics import Metrics
 from consumers.publisher import Publisher
+from consumers.queued_fetch import take_queued_first
 from consumers.settings import Settings
 from consumers.streams import ensure_streams
 from core.store.inbox import SqlInbox, StagedMessage
@@ -135,9 +136,11 @@ class InboundLoop:
             )
             await ensure_streams(self._js, self._settings, self._subjects)
             log.info("inbound consumer %s recreated", self.consumer_name)
-        return await self._js.pull_subscribe_bind(
+        psub = await self._js.pull_subscribe_bind(
             durable=self.consumer_name, stream=self._subjects.inbound_stream
         )
+        take_queued_first(psub._sub)  # a fetched batch is read off the queue, not one task per message
+        return psub
 
     async def _run(self, recover: Callable[[], Awaitable[object]] | None) -> None:
         if recover is not None:

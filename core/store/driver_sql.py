@@ -9,14 +9,24 @@ dialect into the dialect's own SQL text and parameter style, and run as
 columns to text) and passes each row's values in the order the compiled statement binds them.
 The compiled order is checked against the order the caller builds, so a change of SQLAlchemy's
 rendering fails at the first statement instead of writing values into the wrong columns.
+
+``run_rows`` runs such a statement for its rows when no result is read. On the SQLite writer's
+synchronous pysqlite connection it goes straight to the DBAPI connection's ``executemany``:
+``exec_driver_sql`` still builds an execution context and a result for every statement (~10 µs
+of ~15 µs per journal insert or record upsert). The transaction is the caller's as before (the
+connection's, begun by the group committer: without one, ``exec_driver_sql`` begins it); a driver error is raised as SQLAlchemy's own
+(``IntegrityError``, ``OperationalError``, …) and ``before_cursor_execute`` listeners (the
+bench's statement counter) still see each statement.
 """
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable, Sequence
-from typing import cast
+from typing import Any, cast
 
 from sqlalchemy import Connection
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ClauseElement
 
@@ -42,3 +52,17 @@ def driver_sql(
             raise RuntimeError(f"{name}: the compiled statement binds {order}, not {tuple(binds)}")
         sql = _SQL[key] = str(compiled)
     return sql
+
+
+def run_rows(conn: Connection, sql: str, rows: Sequence[tuple[Any, ...]]) -> None:
+    """Run ``sql`` (from ``driver_sql``) once per row of ``rows``, reading no result."""
+    if conn.dialect.driver != "pysqlite" or not conn.in_transaction():  # SQLAlchemy begins it, or PostgreSQL
+        conn.exec_driver_sql(sql, list(rows))
+        return
+    raw = conn.connection.driver_connection
+    if conn._has_events or conn.engine._has_events:
+        conn.dispatch.before_cursor_execute(conn, None, sql, rows, None, True)
+    try:
+        raw.executemany(sql, rows)  # type: ignore[union-attr]
+    except sqlite3.Error as exc:
+        raise DBAPIError.instance(sql, rows, exc, sqlite3.Error, dialect=conn.dialect) from exc

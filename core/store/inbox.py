@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import time
 from collections.abc import Callable, Sequence
 
@@ -44,7 +45,7 @@ from core.errors import OwnershipLost
 from core.inbox import DONE, DROPPED, STAGED, StagedMessage
 from core.store.committer import GroupCommitter
 from core.store.db import metadata, upsert_insert
-from core.store.driver_sql import driver_sql
+from core.store.driver_sql import driver_sql, run_rows
 from core.store.partition_epochs import WriteFence, claims_of, epochs_hold
 
 log = logging.getLogger(__name__)
@@ -105,8 +106,8 @@ class SqlInbox:
         refused: list[bool] = []
 
         def op(conn: Connection) -> None:
-            # One statement: insert what is new, skip what is staged already (a redelivery or a
-            # replay), and return the keys that were inserted.
+            # Insert what is new, skip what is staged already (a redelivery or a
+            # replay), and return the keys that were inserted (RETURNING), in one transaction.
             fresh.clear()
             refused.clear()
             if not epochs_hold(conn, claims):
@@ -119,11 +120,16 @@ class SqlInbox:
                 (m.platform, m.message_id, m.session_id, m.generation, m.payload, STAGED, now)
                 for m in first.values()
             ]
-            if len(values) == 1:  # a live chat's message: the statement compiled once, run as text
-                rows = conn.exec_driver_sql(_stage_sql(conn), values[0]).all()
-            else:  # a backlog's batch: one multi-row statement (SQLAlchemy's insertmanyvalues)
-                rows = conn.execute(_stage_insert(conn), [dict(zip(_STAGE_COLUMNS, v, strict=True)) for v in values]).all()
-            inserted = {(r[0], r[1]) for r in rows}
+            # A backlog's batch: multi-row statements of 2**k rows each, compiled once per k (a
+            # batch of 100 runs 64 + 32 + 4 rows), bound with the rows' values in one flat tuple.
+            inserted: set[tuple[str, str]] = set()
+            at = 0
+            while at < len(values):
+                size = 1 << min((len(values) - at).bit_length() - 1, _STAGE_MAX_ROWS_LOG2)
+                chunk = values[at:at + size]
+                params = chunk[0] if size == 1 else tuple(v for row in chunk for v in row)
+                inserted.update((r[0], r[1]) for r in conn.exec_driver_sql(_stage_sql(conn, size), params).all())
+                at += size
             for m in messages:
                 if m.key in inserted and m.key not in fresh:
                     fresh[m.key] = m
@@ -194,7 +200,7 @@ class SqlInbox:
         now = time.time()
         params = [(s, now, k[0], k[1]) for k, s in marks.items()]
         try:
-            await self._write(lambda conn: conn.exec_driver_sql(_mark_sql(conn), params), lazy=lazy)
+            await self._write(lambda conn: run_rows(conn, _mark_sql(conn), params), lazy=lazy)
         except Exception:
             # Put them back (newer marks win); the next flush retries.
             for k, s in marks.items():
@@ -256,6 +262,8 @@ class SqlInbox:
 
 # The columns of a staged row, in the order of the tuples ``stage`` builds.
 _STAGE_COLUMNS = ("platform", "message_id", "session_id", "generation", "payload", "status", "staged_at")
+# Rows of one staging statement at most: 2**8 (7 binds a row, well within SQLite's and PostgreSQL's 32,766).
+_STAGE_MAX_ROWS_LOG2 = 8
 
 
 def _stage_insert(conn: Connection) -> Insert:
@@ -263,9 +271,42 @@ def _stage_insert(conn: Connection) -> Insert:
     return upsert_insert(conn.dialect.name)(inbox).on_conflict_do_nothing().returning(inbox.c.platform, inbox.c.message_id)
 
 
-def _stage_sql(conn: Connection) -> str:
-    """The one-row staging INSERT, compiled once per dialect; bound with a tuple in ``_STAGE_COLUMNS`` order."""
-    return driver_sql(conn, "inbox stage", lambda: _stage_insert(conn), _STAGE_COLUMNS, column_keys=_STAGE_COLUMNS)
+_STAGE_SQL: dict[tuple[str, str, int], str] = {}
+
+
+def _stage_sql(conn: Connection, rows: int = 1) -> str:
+    """The staging INSERT of ``rows`` rows, bound with one tuple of the rows' values in ``_STAGE_COLUMNS``
+    order, row after row. The one-row statement is compiled once per dialect; a multi-row one repeats
+    its VALUES group (what SQLAlchemy's insertmanyvalues does per batch), numbering ``$n`` on
+    PostgreSQL, made once per dialect and row count."""
+    key = (conn.dialect.name, conn.dialect.driver, rows)
+    sql = _STAGE_SQL.get(key)
+    if sql is None:
+        one = driver_sql(conn, "inbox stage", lambda: _stage_insert(conn), _STAGE_COLUMNS, column_keys=_STAGE_COLUMNS)
+        sql = _STAGE_SQL[key] = one if rows == 1 else _repeat_values(one, rows)
+    return sql
+
+
+_PLACEHOLDER = re.compile(r"\?|\$(\d+)")
+
+
+def _repeat_values(one_row: str, rows: int) -> str:
+    """``one_row``'s VALUES group ``rows`` times; RuntimeError if the statement is not shaped as expected."""
+    head, values, rest = one_row.partition(" VALUES (")
+    group, close, tail = rest.partition(") ON CONFLICT ")
+    width = len(_STAGE_COLUMNS)
+    numbered = [m[1] for m in _PLACEHOLDER.finditer(group)]
+    if not values or not close or len(numbered) != width or "(" in group or ")" in group:
+        raise RuntimeError(f"inbox stage: unexpected statement shape {one_row!r}")
+    if numbered[0] is None:  # qmark
+        groups = [f"({group})"] * rows
+    else:
+        first = int(numbered[0])
+        groups = [
+            "(" + _PLACEHOLDER.sub(lambda m, k=k: f"${int(m[1]) - first + 1 + k * width}", group) + ")"  # type: ignore[misc]
+            for k in range(rows)
+        ]
+    return f"{head} VALUES {', '.join(groups)} ON CONFLICT {tail}"
 
 
 def _mark_sql(conn: Connection) -> str:

@@ -26,7 +26,7 @@ from core.engine.journal import EntryKind, JournalEntry
 from core.errors import Conflict, OwnershipLost, Unavailable
 from core.store.committer import GroupCommitter
 from core.store.db import create_sqlite_reader_engine, is_sqlite
-from core.store.driver_sql import driver_sql
+from core.store.driver_sql import driver_sql, run_rows
 from core.store.journal_tables import journal_entries
 from core.store.partition_epochs import WriteFence, claims_of, epochs_hold
 from core.store.session_tables import generations_table, sessions_table
@@ -69,7 +69,7 @@ class SqlHistoryJournal:
         def op(conn: Connection) -> bool:
             if not epochs_hold(conn, claims):
                 return False  # an answer, not an error: the group transaction goes on
-            conn.exec_driver_sql(_insert_sql(conn), rows)
+            run_rows(conn, _insert_sql(conn), rows)
             return True
 
         try:

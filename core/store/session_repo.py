@@ -2,7 +2,7 @@
 
 One ``StoreChange`` is one transaction (``engine.begin()``); upserts use the
 dialect's ``INSERT … ON CONFLICT DO UPDATE`` (SQLite and PostgreSQL), compiled once
-per dialect and table and run with ``exec_driver_sql`` (``core/store/driver_sql.py``).
+per dialect and table and run with ``run_rows`` (``core/store/driver_sql.py``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from core.sessions.record_json import record_from_json, record_to_json
 from core.sessions.records import JsonObject, JsonValue, PlaceKind, PlaceRecord, SessionRecord, WorkspaceRecord
 from core.store.committer import GroupCommitter
 from core.store.db import json_text, upsert_insert
-from core.store.driver_sql import driver_sql
+from core.store.driver_sql import driver_sql, run_rows
 from core.store.session_tables import generations_table, places_table, sessions_table, workspaces_table
 
 Row = dict[str, Any]
@@ -27,7 +27,7 @@ Row = dict[str, Any]
 
 def session_row(record: SessionRecord) -> Row:
     """The ``sessions`` row of a record: its JSON form, less the derived kind and children (SM-1)."""
-    row: Row = dict(record_to_json(record))
+    row: Row = record_to_json(record)  # a fresh dict
     del row["kind"], row["children"]
     row["metadata_json"] = row.pop("metadata")
     return row
@@ -162,35 +162,40 @@ class SqlSessionRepository:
     def _upsert(self, conn: Connection, table: Table, keys: tuple[str, ...], rows: list[Row]) -> None:
         if not rows:
             return
-        columns = _columns(table)
+        names, json_at = _columns(table)
 
         def build() -> Any:
             stmt = upsert_insert(self._dialect)(table)
             updates = {c.name: stmt.excluded[c.name] for c in table.columns if c.name not in keys}
             return stmt.on_conflict_do_update(index_elements=list(keys), set_=updates)
 
-        names = [name for name, _ in columns]
         sql = driver_sql(conn, f"upsert {table.name}", build, names, column_keys=names)
-        # Bound as the columns' types would: JSON columns as text, None as SQL NULL (none_as_null).
-        conn.exec_driver_sql(
-            sql,
-            [
-                tuple(json_text(v) if is_json and v is not None else v for name, is_json in columns
-                      for v in (row.get(name),))
-                for row in rows
-            ],
-        )
+        run_rows(conn, sql, [_bound(row, names, json_at) for row in rows])
 
 
-_COLUMNS: dict[str, tuple[tuple[str, bool], ...]] = {}
+def _bound(row: Row, names: tuple[str, ...], json_at: tuple[int, ...]) -> tuple[Any, ...]:
+    """``row`` in column order, bound as the columns' types would: JSON columns as text, None as
+    SQL NULL (none_as_null)."""
+    values = [row.get(name) for name in names]
+    for i in json_at:
+        value = values[i]
+        if value is not None:
+            values[i] = json_text(value)
+    return tuple(values)
 
 
-def _columns(table: Table) -> tuple[tuple[str, bool], ...]:
-    """The table's columns in order, each with whether it is a JSON column."""
+_COLUMNS: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {}
+
+
+def _columns(table: Table) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """The table's column names in order, and the positions of its JSON columns."""
     columns = _COLUMNS.get(table.name)
     if columns is None:
         for c in table.columns:
             if isinstance(c.type, JSON) and not c.type.none_as_null:
                 raise RuntimeError(f"{table.name}.{c.name}: a JSON column without none_as_null binds None as 'null'")
-        columns = _COLUMNS[table.name] = tuple((c.name, isinstance(c.type, JSON)) for c in table.columns)
+        columns = _COLUMNS[table.name] = (
+            tuple(c.name for c in table.columns),
+            tuple(i for i, c in enumerate(table.columns) if isinstance(c.type, JSON)),
+        )
     return columns

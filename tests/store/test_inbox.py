@@ -56,6 +56,22 @@ async def test_a_message_staged_alone_is_staged_once_with_its_payload(inbox: Sql
     assert await inbox.pending() == [alone, message("y")]
 
 
+async def test_a_large_batch_is_staged_in_chunks_once_each_in_order(inbox: SqlInbox) -> None:
+    # MQ-8 for a backlog's batch: 300 rows run as statements of 256, 32, 8 and 4 rows; what is
+    # staged already (anywhere in the batch, across chunk boundaries) is reported and not staged again.
+    assert await inbox.stage([message(f"m{i:03}") for i in range(0, 300, 7)]) == [True] * 43
+    batch = [
+        StagedMessage(platform="cli", message_id=f"m{i:03}", session_id=f"s{i % 5}", generation=i, payload=bytes([i % 256]))
+        for i in range(300)
+    ]
+    assert await inbox.stage(batch) == [i % 7 != 0 for i in range(300)]
+    pending = await inbox.pending()
+    assert [m.message_id for m in pending] == [f"m{i:03}" for i in range(0, 300, 7)] + [
+        f"m{i:03}" for i in range(300) if i % 7
+    ]
+    assert [m for m in pending if m.message_id == "m299"] == [batch[299]]
+
+
 async def test_finished_rows_are_pruned_and_staged_rows_stay(inbox: SqlInbox) -> None:
     await inbox.stage([message("done"), message("waiting")])
     inbox.mark(message("done"), DONE)
