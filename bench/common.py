@@ -77,6 +77,13 @@ class ProcessMeter:
         except psutil.Error:
             return 0
 
+    def written_bytes(self) -> int:
+        """Bytes the process made dirty for storage (``/proc/<pid>/io`` write_bytes; 0 if unreadable)."""
+        try:
+            return int(self.proc.io_counters().write_bytes)
+        except (psutil.Error, AttributeError):
+            return 0
+
 
 @dataclass(frozen=True)
 class StreamState:

@@ -28,6 +28,7 @@ from schemas.subjects import Subjects
 
 PLATFORM = "cli"
 PUBLISH_CHUNK = 500
+SLOWEST_KEPT = 10  # paced replies listed with their send offset (extra["slowest"])
 
 
 def session_ids(run: str, count: int) -> list[str]:
@@ -78,6 +79,7 @@ class ReplyTimer:
         self.meters = meters
         self.sent: dict[str, float] = {}
         self.got: dict[str, float] = {}
+        self.acked: dict[str, float] = {}  # the inbound publish's stream ack
         self.expected = 0
         self.start: tuple[float, float, float] | None = None  # (t, worker cpu, server cpu): window opened
         self.first: tuple[float, float, float] | None = None  # the same at the first reply
@@ -87,6 +89,7 @@ class ReplyTimer:
     def reset(self, expected: int) -> None:
         self.sent.clear()
         self.got.clear()
+        self.acked.clear()
         self.expected = expected
         self.start = self.first = self.last = None
         self.replies_total = 0
@@ -185,6 +188,7 @@ class Driver:
 
     async def _publish(self, msg_id: str, data: bytes, subject: str) -> None:
         await self.js.publish(subject, data, headers={"Nats-Msg-Id": msg_id}, timeout=30)
+        self.timer.acked[msg_id] = time.perf_counter()
 
     def start_publish(self, session_id: str, text: str) -> tuple[str, asyncio.Task[None]]:
         """Stamp the send time of one message and publish it in the background: (message id, task)."""
@@ -240,8 +244,10 @@ class Driver:
         t.reset(len(plan))
         loop = asyncio.get_running_loop()
         cpu0 = t.meters.sample()
+        written0 = t.meters.worker.written_bytes(), t.meters.server.written_bytes()
         t0 = loop.time()
         p0 = time.perf_counter()
+        started_wall = time.time()
         pending: list[asyncio.Task[None]] = []
         late_max_s = 0.0
         for i, (sid, text) in enumerate(plan):
@@ -258,9 +264,18 @@ class Driver:
         await wait_until(t.done, timeout_s)
         p1 = time.perf_counter()
         cpu1 = t.meters.sample()
+        written1 = t.meters.worker.written_bytes(), t.meters.server.written_bytes()
         n = len(t.got)
         lat = LatencyStats.of([t.got[k] - t.sent[k] for k in t.got])
         per = max(n, 1)
+        # Per message [sent s after the phase's first publish, latency ms, its publish ack ms], in
+        # send order: where the slow ones lie (right after the drain, or periodic) and whether the
+        # nats-server was slow to store the inbound message too are read from these.
+        timed = [
+            [round(t.sent[k] - p0, 4), round((t.got[k] - t.sent[k]) * 1000, 2), round((t.acked.get(k, p0) - t.sent[k]) * 1000, 2)]
+            for k in t.sent
+            if k in t.got
+        ]
         return PhaseResult(
             kind="paced",
             sessions=sessions,
@@ -271,7 +286,18 @@ class Driver:
             latency=lat,
             worker_cpu_us_per_msg=(cpu1[0] - cpu0[0]) / per * 1e6,
             server_cpu_us_per_msg=(cpu1[1] - cpu0[1]) / per * 1e6,
-            extra={"rate_per_s": rate_per_s, "publisher_late_max_ms": late_max_s * 1000, "replies_total": t.replies_total},
+            extra={
+                "rate_per_s": rate_per_s,
+                "publisher_late_max_ms": late_max_s * 1000,
+                "replies_total": t.replies_total,
+                "started_wall": started_wall,
+                # storage bytes made dirty per message answered (worker, nats-server): the write-back
+                # the server's per-message fsyncs share the disk with
+                "worker_written_bytes_per_msg": (written1[0] - written0[0]) / per,
+                "server_written_bytes_per_msg": (written1[1] - written0[1]) / per,
+                "slowest": sorted(timed, key=lambda x: -x[1])[:SLOWEST_KEPT],
+                "messages": timed,
+            },
         )
 
     async def one_turn(self, session_id: str, text: str, timeout_s: float) -> float | None:

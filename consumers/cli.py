@@ -29,6 +29,7 @@ from core.errors import TurnstileError
 
 STOP_BOUND_S = 30.0  # beyond the drain timeout: flushing and closing connections
 RETRY_DELAY_S = 1.0  # between failed takeovers
+OLDER_GC_EVERY = 2_500_000  # allocations between collections of the middle generation (tune_gc)
 # A client command with no credentials configured uses its role's `make run` credentials
 # (var/dev-credentials/<user>.env, docs/security.md), when present.
 DEV_ROLE_OF = {"send": "admin", "api": "admin", "sessions": "observer", "show": "observer", "tail": "observer",
@@ -189,12 +190,15 @@ def tune_gc(threshold: int) -> None:
     encodings); with CPython's defaults the cyclic collector walks them over and over
     (measured: ~40% of the CPU per message at 3,000 sessions). Objects alive at start-up
     are frozen out of collection. Reference counting still frees almost everything at once.
+    The middle generation is collected every ``OLDER_GC_EVERY`` allocations whatever the
+    young threshold, so a small young threshold (short pauses: a young collection stops the
+    event loop for as long as it walks the young objects) does not walk the older ones more often.
     """
     if threshold <= 0:
         return
     gc.collect()
     gc.freeze()
-    gc.set_threshold(threshold, 50, 100)
+    gc.set_threshold(threshold, max(1, OLDER_GC_EVERY // threshold), 100)
 
 
 async def serve(service: object, stop: asyncio.Event) -> int:

@@ -27,9 +27,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from nats.aio.msg import Msg
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception
 
-from consumers.backoff import tenacity_wait
+from consumers.backoff import compute_backoff_s
 from consumers.health import ServiceHealth
 from core.errors import OwnershipLost
 from core.store.inbox import SqlInbox, StagedMessage
@@ -226,33 +225,32 @@ class InboundPipeline:
                     log.exception("handing inbound %s to its actor failed", item.message_id)
 
     async def _stage_in_place(self, staged: list[StagedMessage], batch: list[InFlight]) -> list[bool]:
-        """Stage, retrying the same messages with backoff while the store refuses (degraded)."""
-        fresh: list[bool] = []
-        async for attempt in AsyncRetrying(
-            wait=tenacity_wait(base_s=STAGE_RETRY_FIRST_S, max_s=STAGE_RETRY_MAX_S),
-            retry=retry_if_exception(_store_refused),
-            stop=self._stop_retrying,
-            reraise=True,
-        ):
-            with attempt:
-                try:
-                    fresh = await self._inbox.stage(staged)
-                except OwnershipLost:
+        """Stage, retrying the same messages with backoff while the store refuses (degraded).
+
+        A plain loop, not a retry library: its per-call state is cyclic garbage, which the served
+        process's young collections (``tune_gc``) then walk and free while the loop waits.
+        """
+        failures = 0
+        while True:
+            try:
+                fresh = await self._inbox.stage(staged)
+                break
+            except OwnershipLost:
+                raise
+            except Exception as exc:
+                failures += 1
+                if failures >= DEGRADED_AFTER_FAILURES:
+                    await self.health.failing(exc, waiting=len(self._unacked))
+                    self._changed.set()
+                else:
+                    log.info("staging %d inbound messages failed (%r); retrying in place", len(staged), exc)
+                if self._closing:
                     raise
-                except Exception as exc:
-                    if attempt.retry_state.attempt_number >= DEGRADED_AFTER_FAILURES:
-                        await self.health.failing(exc, waiting=len(self._unacked))
-                        self._changed.set()
-                    else:
-                        log.info("staging %d inbound messages failed (%r); retrying in place", len(staged), exc)
-                    raise
+            await asyncio.sleep(compute_backoff_s(failures, base_s=STAGE_RETRY_FIRST_S, max_s=STAGE_RETRY_MAX_S))
         if self.health.degraded:
             await self.health.working()
             self._changed.set()
         return fresh
-
-    def _stop_retrying(self, _state: RetryCallState) -> bool:
-        return self._closing
 
     def _settled(self, batch: list[InFlight]) -> None:
         for entry in batch:
@@ -270,11 +268,6 @@ class InboundPipeline:
             for entry in due:
                 entry.touched_at = now
             await asyncio.gather(*(_quietly(e.msg.in_progress()) for e in due))
-
-
-def _store_refused(exc: BaseException) -> bool:
-    """Retried in place: a failing store. A fence refusal (``OwnershipLost``) is an answer, not an outage."""
-    return isinstance(exc, Exception) and not isinstance(exc, OwnershipLost)
 
 
 async def _quietly(aw: Awaitable[object]) -> None:

@@ -24,8 +24,8 @@ event loop's own thread, on a dedicated synchronous connection: a group of small
 transaction under load (thread wake-ups and the GIL passed back and forth), on
 the critical path of every turn. The loop never waits for SQLite's write lock:
 if another connection holds it, that transaction runs in a thread that waits
-(busy timeout) instead. The WAL is checkpointed by a thread in the background
-every ``WAL_CHECKPOINT_EVERY`` transactions, never by a commit. With
+(busy timeout) instead. The WAL is checkpointed by a thread of its own in the background
+every ``WAL_CHECKPOINT_EVERY`` transactions or ``WAL_CHECKPOINT_EVERY_OPS`` operations, never by a commit. With
 ``synchronous=FULL`` (each commit fsyncs) transactions always run in the thread. Elsewhere
 (PostgreSQL) the transaction runs on the async database engine via ``run_sync``.
 """
@@ -54,7 +54,11 @@ Operation = Callable[[Connection], Any]
 DEFAULT_MAX_BATCH_OPS = 512
 # How long a lazy write waits for a write that is waited for, to share its transaction.
 DEFAULT_LAZY_WAIT_S = 0.05
-WAL_CHECKPOINT_EVERY = 500  # transactions between background WAL checkpoints (SQLite)
+# A background WAL checkpoint (SQLite) starts after this many transactions or operations since the
+# last one, whichever comes first: each copies and fsyncs a bounded part of the WAL (a backlog's large
+# group transactions reach the operation count first), since its fsync holds up the broker's own.
+WAL_CHECKPOINT_EVERY = 100
+WAL_CHECKPOINT_EVERY_OPS = 1000
 
 
 @dataclass
@@ -93,11 +97,16 @@ class GroupCommitter:
         self._sync_engine: Engine | None = None
         self._writer_conn: Connection | None = None
         self._thread: ThreadPoolExecutor | None = None
+        self._checkpoint_thread: ThreadPoolExecutor | None = None
         if db_engine.dialect.name == "sqlite":
             self._sync_engine = create_sqlite_writer_engine(db_engine, sqlite_synchronous)
             self._thread = ThreadPoolExecutor(1, thread_name_prefix="sqlite-writer")
+            # The WAL checkpoint's own thread: its fsync of the database file (tens of ms after a
+            # busy spell) must not hold up a transaction that waits in the writer's thread.
+            self._checkpoint_thread = ThreadPoolExecutor(1, thread_name_prefix="sqlite-checkpoint")
         self.transactions = 0
         self.operations = 0
+        self._since_checkpoint = (0, 0)  # (transactions, operations) since a WAL checkpoint started
         self.waited = 0  # SQLite transactions that found the write lock taken and ran in the thread
         self._checkpointing: asyncio.Future[None] | None = None
 
@@ -144,6 +153,9 @@ class GroupCommitter:
                 await loop.run_in_executor(self._thread, self._sync_engine.dispose)
             self._thread.shutdown(wait=True)
             self._thread = None
+        if self._checkpoint_thread is not None:
+            self._checkpoint_thread.shutdown(wait=True)  # a checkpoint under way finishes first
+            self._checkpoint_thread = None
 
     async def _run(self, queue: asyncio.Queue[_Queued | object | None]) -> None:
         stopping = False
@@ -211,7 +223,8 @@ class GroupCommitter:
                     self.waited += 1
             if results is None:  # the lock was taken, or commits fsync: in the thread, which may wait
                 results = await loop.run_in_executor(self._thread, self._sync_transaction, ops, True)
-            if self.transactions % WAL_CHECKPOINT_EVERY == WAL_CHECKPOINT_EVERY - 1:
+            self._since_checkpoint = (self._since_checkpoint[0] + 1, self._since_checkpoint[1] + len(ops))
+            if self._since_checkpoint[0] >= WAL_CHECKPOINT_EVERY or self._since_checkpoint[1] >= WAL_CHECKPOINT_EVERY_OPS:
                 self._checkpoint_wal(loop)
         else:
             async with self._db_engine.begin() as conn:
@@ -255,10 +268,11 @@ class GroupCommitter:
                 log.debug("closing the SQLite writer connection failed: %r", exc)
 
     def _checkpoint_wal(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Copy the WAL into the database file in the thread (PASSIVE: never blocks a writer)."""
+        """Copy the WAL into the database file in the checkpoint's thread (PASSIVE: never blocks a writer)."""
         if self._checkpointing is not None and not self._checkpointing.done():
             return
-        self._checkpointing = loop.run_in_executor(self._thread, self._passive_checkpoint)
+        self._since_checkpoint = (0, 0)
+        self._checkpointing = loop.run_in_executor(self._checkpoint_thread, self._passive_checkpoint)
 
     def _passive_checkpoint(self) -> None:
         assert self._sync_engine is not None

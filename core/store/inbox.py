@@ -39,7 +39,6 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.sql.expression import Insert, Update
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
 
 from core.errors import OwnershipLost
 from core.inbox import DONE, DROPPED, STAGED, StagedMessage
@@ -235,14 +234,17 @@ class SqlInbox:
             await self._wake.wait()
             self._wake.clear()
             # A failed flush put its marks back: retry with backoff until the database answers.
-            async for attempt in AsyncRetrying(
-                wait=wait_exponential(multiplier=MARKS_RETRY_BASE_S, min=MARKS_RETRY_BASE_S, max=MARKS_RETRY_MAX_S),
-                retry=retry_if_exception_type(Exception),
-                before_sleep=_log_flush_failure,
-                reraise=True,
-            ):
-                with attempt:
+            # A plain loop, not a retry library: its per-call state is cyclic garbage, one per
+            # flush, which the served process's young collections then walk while the loop waits.
+            failures = 0
+            while True:
+                try:
                     await self._flush_lazily()
+                    break
+                except Exception as exc:
+                    failures += 1
+                    log.error("writing inbox marks failed (attempt %d); retrying: %r", failures, exc)
+                await asyncio.sleep(min(MARKS_RETRY_MAX_S, MARKS_RETRY_BASE_S * 2 ** (failures - 1)))
 
     async def close(self) -> None:
         """Stop the background work and write what is queued."""
@@ -320,11 +322,6 @@ def _mark_sql(conn: Connection) -> str:
         )
 
     return driver_sql(conn, "inbox mark", build, ("s", "f", "p", "m"))
-
-
-def _log_flush_failure(state: RetryCallState) -> None:
-    exc = state.outcome.exception() if state.outcome is not None else None
-    log.error("writing inbox marks failed (attempt %d); retrying: %r", state.attempt_number, exc)
 
 
 __all__ = ["DONE", "DROPPED", "STAGED", "SqlInbox", "StagedMessage", "inbox"]

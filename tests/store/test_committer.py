@@ -89,6 +89,58 @@ async def test_sqlite_writes_wait_for_a_held_write_lock_off_the_event_loop(engin
             await conn.execute(text("DROP TABLE committer_probe"))
 
 
+async def test_a_sqlite_write_waiting_for_the_lock_does_not_wait_for_a_wal_checkpoint_under_way(
+    engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # MQ-8: a write that finds the lock held waits in the writer's thread; a background WAL
+    # checkpoint (its fsync of the database file can take tens of ms) must not stand in front of
+    # it there: the write lands as soon as the lock is free, the checkpoint still under way.
+    if engine.dialect.name != "sqlite":
+        pytest.skip("SQLite's write lock and WAL")
+    import sqlite3
+    import threading
+
+    import core.store.committer as committer_module
+
+    async with engine.begin() as conn:
+        await conn.execute(text("CREATE TABLE IF NOT EXISTS committer_probe (n INTEGER PRIMARY KEY)"))
+        await conn.execute(text("DELETE FROM committer_probe"))
+    monkeypatch.setattr(committer_module, "WAL_CHECKPOINT_EVERY", 1)  # every transaction starts one
+    checkpoint_started, checkpoint_may_end = threading.Event(), threading.Event()
+
+    def slow_checkpoint(self: GroupCommitter) -> None:
+        checkpoint_started.set()
+        checkpoint_may_end.wait(30)
+
+    monkeypatch.setattr(GroupCommitter, "_passive_checkpoint", slow_checkpoint)
+    committer = GroupCommitter(engine)
+
+    def insert(conn: Connection) -> None:
+        conn.execute(text("INSERT INTO committer_probe (n) VALUES (7)"))
+
+    holder = sqlite3.connect(str(engine.url.database), isolation_level=None, check_same_thread=False)
+    try:
+        await committer.run(lambda conn: None)  # commits, then starts a checkpoint that does not end
+        assert await asyncio.to_thread(checkpoint_started.wait, 10)
+        holder.execute("BEGIN IMMEDIATE")
+        write = asyncio.ensure_future(committer.run(insert))
+        ticks = 0
+        while committer.waited == 0:  # the write found the lock held: it waits in the thread
+            ticks += 1
+            await asyncio.sleep(0.01)
+            assert ticks < 500, "the write never noticed the held lock"
+        holder.execute("COMMIT")
+        await asyncio.wait_for(write, 10)  # landed while the checkpoint is still under way
+        assert not checkpoint_may_end.is_set()
+        assert await _count(engine) == 1
+    finally:
+        checkpoint_may_end.set()
+        holder.close()
+        await committer.aclose()
+        async with engine.begin() as conn:
+            await conn.execute(text("DROP TABLE committer_probe"))
+
+
 async def test_sqlite_wal_is_checkpointed_in_the_background_and_stays_small(
     engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -14,6 +14,12 @@ def test_gc_threshold_is_applied_and_zero_keeps_the_interpreter_default() -> Non
         assert gc.get_threshold() == before
         tune_gc(12_345)
         assert gc.get_threshold()[0] == 12_345
+        # A young collection pauses the loop for as long as it walks the young objects; a smaller
+        # young threshold keeps pauses short without walking the older generations more often.
+        young, middle, _ = gc.get_threshold()
+        tune_gc(1_234)
+        assert gc.get_threshold()[0] == 1_234
+        assert abs(gc.get_threshold()[0] * gc.get_threshold()[1] - young * middle) <= young
         assert gc.get_freeze_count() > 0  # what lived at start-up is out of the collector's way
     finally:
         gc.unfreeze()
