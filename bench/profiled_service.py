@@ -42,15 +42,16 @@ class SqlCounter:
     """Statements by ``VERB table`` and commits, counted while ``active``.
 
     Also a commit log for bench/timeline.py: per commit (wall time of the transaction's first
-    write, wall time of the commit call, tables written), in ``time.time()``, the clock the bench
-    stamps its NATS observations with.
+    write, wall time of the commit call, tables written, and, for the group committer's
+    transactions, wall time the commit returned: ``install_committed``), in ``time.time()``, the
+    clock the bench stamps its NATS observations with.
     """
 
     def __init__(self) -> None:
         self.active = False
         self.statements: Counter[str] = Counter()
         self.commits = 0
-        self.commit_log: list[tuple[float, float, list[str]]] = []
+        self.commit_log: list[list[Any]] = []
         self._written: dict[int, tuple[float, set[str]]] = {}  # per connection: first write, tables
 
     def on_execute(self, conn: Any, cursor: Any, statement: str, params: Any, context: Any, executemany: bool) -> None:
@@ -67,7 +68,25 @@ class SqlCounter:
             self.commits += 1
             first, tables = self._written.pop(id(conn), (None, set()))
             now = time.time()
-            self.commit_log.append((first or now, now, sorted(tables)))
+            self.commit_log.append([first or now, now, sorted(tables)])
+
+    def install_committed(self) -> None:
+        """Stamp each group transaction's commit log entry with the wall time its commit returned
+        (on PostgreSQL the commit call is a round trip with the server's fsync)."""
+        from core.store.committer import GroupCommitter
+
+        counter = self
+        transaction = GroupCommitter._transaction
+
+        async def timed(self: GroupCommitter, ops: list[Any]) -> list[Any]:
+            logged = len(counter.commit_log)
+            try:
+                return await transaction(self, ops)
+            finally:
+                if counter.active and len(counter.commit_log) == logged + 1:
+                    counter.commit_log[logged].append(time.time())
+
+        GroupCommitter._transaction = timed  # type: ignore[method-assign]
 
 
 class OpenTimer:
@@ -109,6 +128,7 @@ def main() -> None:
     sql = SqlCounter()
     event.listen(Engine, "before_cursor_execute", sql.on_execute)
     event.listen(Engine, "commit", sql.on_commit)
+    sql.install_committed()
     profiler = cProfile.Profile()
 
     def start(_sig: int, _frame: FrameType | None) -> None:
