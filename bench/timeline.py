@@ -226,6 +226,7 @@ async def _measure(messages: int, rate: float, work: Path, worker: str, pg_datab
         child = Child(["-m", "bench.profiled_service"], env, work / "service.log")
     driver = Driver(nc, subjects, Meters(server_meter, server_meter))
     commit_log: list[list[Any]] = []
+    pg_trips: dict[str, int] = {}
     try:
         if worker != "floor":
             await child.wait_ready(READY_MARKER, READY_TIMEOUT_S)
@@ -246,7 +247,9 @@ async def _measure(messages: int, rate: float, work: Path, worker: str, pg_datab
             if not await wait_until(json_path.exists, 60, 0.1):
                 raise RuntimeError("the service wrote no commit log")
             await asyncio.sleep(0.2)  # the file is written in one call; let it finish
-            commit_log = orjson.loads(await asyncio.to_thread(json_path.read_bytes))["commit_log"]
+            logged = orjson.loads(await asyncio.to_thread(json_path.read_bytes))
+            commit_log = logged["commit_log"]
+            pg_trips = logged.get("pg_round_trips", {})
     finally:
         await child.stop()
         await driver.detach()
@@ -270,6 +273,8 @@ async def _measure(messages: int, rate: float, work: Path, worker: str, pg_datab
         "marks": summarise(msgs),
         "sql_commits_per_msg": len(commit_log) / max(len(origins), 1) if commit_log else None,
         "sql_first_write_to_commit_ms_median": statistics.median(commit_durations) if commit_durations else None,
+        # PostgreSQL round trips per message by kind (BEGIN, COMMIT, statement, executemany, prepare, ...)
+        "pg_round_trips_per_msg": {k: v / max(len(origins), 1) for k, v in sorted(pg_trips.items())},
         "load_average": os.getloadavg(),
     }
 
@@ -287,6 +292,10 @@ def table(r: dict[str, Any]) -> str:
         f"{sql} load average {r['load_average'][0]:.1f}",
         f"{'mark':<44} {'median ms':>9} {'step ms':>8} {'p90 ms':>8} {'share':>6}",
     ]
+    if r.get("pg_round_trips_per_msg"):
+        trips = r["pg_round_trips_per_msg"]
+        lines.insert(1, f"PostgreSQL round trips per message: {sum(trips.values()):.2f} ("
+                     + ", ".join(f"{k} {v:.2f}" for k, v in trips.items()) + ")")
     lines += [
         f"{m['mark']:<44} {m['median_ms']:9.2f} {m['step_ms']:8.2f} {m['p90_ms']:8.2f} {m['share']:6.2f}" for m in r["marks"]
     ]
