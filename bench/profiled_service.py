@@ -60,7 +60,7 @@ class SqlCounter:
         verb = statement.lstrip().split(None, 1)[0].upper() if statement.strip() else "?"
         m = _TABLE.search(statement)
         self.statements[f"{verb} {m.group(1) if m else ''}".strip()] += 1
-        if m and verb in ("INSERT", "UPDATE", "DELETE"):
+        if m and verb in ("INSERT", "UPDATE", "DELETE", "WITH"):  # WITH: a data-modifying WITH (upsert + notify)
             self._written.setdefault(id(conn), (time.time(), set()))[1].add(m.group(1))
 
     def on_commit(self, conn: Any) -> None:

@@ -134,7 +134,9 @@ class SqlSessionRepository:
         if change.is_empty():
             return
         if self._committer is not None:
-            await self._committer.run(lambda conn: self._apply(conn, change), lazy=lazy)
+            await self._committer.run(
+                lambda conn: self._apply(conn, change), lazy=lazy, one_statement=self._one_statement(change)
+            )
             return
         async with self._db_engine.begin() as conn:
             await conn.run_sync(self._apply, change)
@@ -143,6 +145,10 @@ class SqlSessionRepository:
         """Commit the lazy writes waiting for company now."""
         if self._committer is not None:
             self._committer.hurry()
+
+    def _one_statement(self, change: StoreChange) -> bool:
+        """Whether ``_apply`` writes ``change`` in one statement (``GroupCommitter.run(one_statement=...)``)."""
+        return False
 
     def _apply(self, conn: Connection, change: StoreChange) -> None:
         self._delete(conn, sessions_table, "id", change.deleted_sessions)
@@ -162,6 +168,13 @@ class SqlSessionRepository:
     def _upsert(self, conn: Connection, table: Table, keys: tuple[str, ...], rows: list[Row]) -> None:
         if not rows:
             return
+        sql, values = self._upsert_statement(conn, table, keys, rows)
+        conn.exec_driver_sql(sql, values)
+
+    def _upsert_statement(
+        self, conn: Connection, table: Table, keys: tuple[str, ...], rows: list[Row]
+    ) -> tuple[str, list[tuple[Any, ...]]]:
+        """The upsert's SQL text in the dialect's parameter style and each row's values in its bind order."""
         columns = _columns(table)
 
         def build() -> Any:
@@ -172,14 +185,10 @@ class SqlSessionRepository:
         names = [name for name, _ in columns]
         sql = driver_sql(conn, f"upsert {table.name}", build, names, column_keys=names)
         # Bound as the columns' types would: JSON columns as text, None as SQL NULL (none_as_null).
-        conn.exec_driver_sql(
-            sql,
-            [
-                tuple(json_text(v) if is_json and v is not None else v for name, is_json in columns
-                      for v in (row.get(name),))
-                for row in rows
-            ],
-        )
+        return sql, [
+            tuple(json_text(v) if is_json and v is not None else v for name, is_json in columns for v in (row.get(name),))
+            for row in rows
+        ]
 
 
 _COLUMNS: dict[str, tuple[tuple[str, bool], ...]] = {}
