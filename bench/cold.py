@@ -128,6 +128,10 @@ async def measure(sessions: int, turns: int, db: str, work: Path, profile: bool,
         },
         "open_counts": {kind: len(values) for kind, values in counters.get("open_ms", {}).items()},
         "sql_statements_per_pair": {k: v / max(len(cold), 1) for k, v in sorted(counters["sql_statements"].items())},
+        # PostgreSQL round trips per cold + warm pair by kind (bench/profiled_service.py's PgTrips)
+        "pg_round_trips_per_pair": {
+            k: v / max(len(cold), 1) for k, v in sorted(counters.get("pg_round_trips", {}).items())
+        },
         "load_average": os.getloadavg(),
     }
     if profile:
@@ -172,6 +176,9 @@ def main() -> None:
         f" load {result['load_average'][0]:.1f}",
         flush=True,
     )
+    if trips := result["pg_round_trips_per_pair"]:
+        print(f"PostgreSQL round trips per cold + warm pair: {sum(trips.values()):.2f} ("
+              + ", ".join(f"{k} {v:.2f}" for k, v in trips.items()) + ")", flush=True)
     for row in result.get("top_cumulative", []):
         print(f"{row['cum_ms_per_pair']:9.3f} ms/pair {row['calls']:8d}  {row['fn']}")
 

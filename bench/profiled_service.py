@@ -42,15 +42,16 @@ class SqlCounter:
     """Statements by ``VERB table`` and commits, counted while ``active``.
 
     Also a commit log for bench/timeline.py: per commit (wall time of the transaction's first
-    write, wall time of the commit call, tables written), in ``time.time()``, the clock the bench
-    stamps its NATS observations with.
+    write, wall time of the commit call, tables written, and, for the group committer's
+    transactions, wall time the commit returned: ``install_committed``), in ``time.time()``, the
+    clock the bench stamps its NATS observations with.
     """
 
     def __init__(self) -> None:
         self.active = False
         self.statements: Counter[str] = Counter()
         self.commits = 0
-        self.commit_log: list[tuple[float, float, list[str]]] = []
+        self.commit_log: list[list[Any]] = []
         self._written: dict[int, tuple[float, set[str]]] = {}  # per connection: first write, tables
 
     def on_execute(self, conn: Any, cursor: Any, statement: str, params: Any, context: Any, executemany: bool) -> None:
@@ -59,7 +60,7 @@ class SqlCounter:
         verb = statement.lstrip().split(None, 1)[0].upper() if statement.strip() else "?"
         m = _TABLE.search(statement)
         self.statements[f"{verb} {m.group(1) if m else ''}".strip()] += 1
-        if m and verb in ("INSERT", "UPDATE", "DELETE"):
+        if m and verb in ("INSERT", "UPDATE", "DELETE", "WITH"):  # WITH: a data-modifying WITH (upsert + notify)
             self._written.setdefault(id(conn), (time.time(), set()))[1].add(m.group(1))
 
     def on_commit(self, conn: Any) -> None:
@@ -67,7 +68,76 @@ class SqlCounter:
             self.commits += 1
             first, tables = self._written.pop(id(conn), (None, set()))
             now = time.time()
-            self.commit_log.append((first or now, now, sorted(tables)))
+            self.commit_log.append([first or now, now, sorted(tables)])
+
+    def install_committed(self) -> None:
+        """Stamp each group transaction's commit log entry with the wall time its commit returned
+        (on PostgreSQL the commit call is a round trip with the server's fsync)."""
+        from core.store.committer import GroupCommitter
+
+        counter = self
+        transaction = GroupCommitter._transaction
+
+        async def timed(self: GroupCommitter, ops: list[Any]) -> list[Any]:
+            logged = len(counter.commit_log)
+            try:
+                return await transaction(self, ops)
+            finally:
+                if counter.active and len(counter.commit_log) == logged + 1:
+                    counter.commit_log[logged].append(time.time())
+
+        statement = GroupCommitter._statement
+
+        async def timed_statement(self: GroupCommitter, op: Any) -> Any:
+            # PostgreSQL autocommit (a lone one-statement write): no commit event; logged as a commit
+            # whose call and return are the statement's answer.
+            before = set(counter._written)
+            try:
+                return await statement(self, op)
+            finally:
+                now = time.time()
+                for key in set(counter._written) - before:
+                    first, tables = counter._written.pop(key)
+                    if counter.active:
+                        counter.commits += 1
+                        counter.commit_log.append([first, now, sorted(tables), now])
+
+        GroupCommitter._transaction = timed  # type: ignore[method-assign]
+        GroupCommitter._statement = timed_statement  # type: ignore[method-assign]
+
+
+class PgTrips:
+    """PostgreSQL round trips while ``active``, by kind (asyncpg calls that each wait for the server:
+    ``BEGIN``/``COMMIT``/``ROLLBACK`` and other simple queries, a prepared statement's execution, an
+    ``executemany``, a prepare). A load-independent count of what a message waits for on PostgreSQL."""
+
+    def __init__(self) -> None:
+        self.active = False
+        self.trips: Counter[str] = Counter()
+
+    def install(self) -> None:
+        try:
+            from asyncpg.connection import Connection
+            from asyncpg.prepared_stmt import PreparedStatement
+        except ImportError:
+            return
+        trips = self
+
+        def counted(cls: Any, name: str, kind: Any) -> None:
+            fn = getattr(cls, name)
+
+            async def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+                if trips.active:
+                    trips.trips[kind(args)] += 1
+                return await fn(self, *args, **kwargs)
+
+            setattr(cls, name, wrapper)
+
+        counted(Connection, "execute", lambda a: str(a[0]).split(None, 1)[0].upper().rstrip(";") if a else "execute")
+        counted(Connection, "executemany", lambda _a: "executemany")
+        counted(Connection, "_prepare", lambda _a: "prepare")
+        counted(PreparedStatement, "_PreparedStatement__bind_execute", lambda _a: "statement")
+        counted(PreparedStatement, "executemany", lambda _a: "executemany")
 
 
 class OpenTimer:
@@ -75,7 +145,7 @@ class OpenTimer:
 
     def __init__(self) -> None:
         self.active = False
-        self.times: dict[str, list[float]] = {"open": [], "checkpoint_get": [], "journal_read": []}
+        self.times: dict[str, list[float]] = {"open": [], "checkpoint_get": [], "journal_read": [], "journal_read_ahead": []}
 
     def install(self) -> None:
         from consumers.publisher import Publisher
@@ -99,6 +169,7 @@ class OpenTimer:
         TurnRunner.load = timed("open", TurnRunner.load, lambda runner: runner._engine is None)  # type: ignore[method-assign]
         Publisher.last_checkpoint = timed("checkpoint_get", Publisher.last_checkpoint)  # type: ignore[method-assign]
         SqlHistoryJournal.load = timed("journal_read", SqlHistoryJournal.load)  # type: ignore[method-assign]
+        SqlHistoryJournal.newest = timed("journal_read_ahead", SqlHistoryJournal.newest)  # type: ignore[method-assign]
 
 
 def main() -> None:
@@ -109,6 +180,9 @@ def main() -> None:
     sql = SqlCounter()
     event.listen(Engine, "before_cursor_execute", sql.on_execute)
     event.listen(Engine, "commit", sql.on_commit)
+    sql.install_committed()
+    pg = PgTrips()
+    pg.install()
     profiler = cProfile.Profile()
 
     def start(_sig: int, _frame: FrameType | None) -> None:
@@ -116,6 +190,8 @@ def main() -> None:
         sql.commits = 0
         sql.commit_log.clear()
         sql.active = True
+        pg.trips.clear()
+        pg.active = True
         for values in opens.times.values():
             values.clear()
         opens.active = True
@@ -125,10 +201,12 @@ def main() -> None:
     def stop(_sig: int, _frame: FrameType | None) -> None:
         profiler.disable()
         sql.active = False
+        pg.active = False
         opens.active = False
         profiler.dump_stats(str(out))
         data = {
             "sql_statements": dict(sql.statements), "sql_commits": sql.commits, "commit_log": sql.commit_log,
+            "pg_round_trips": dict(pg.trips),
             "open_ms": opens.times,
         }
         Path(str(out) + ".json").write_bytes(orjson.dumps(data))

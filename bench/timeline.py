@@ -5,7 +5,8 @@ the unmodified ``turnstile run`` plus SQLAlchemy listeners that log each commit'
 and the tables it wrote). One session has two first turns, then ``--messages`` plain messages
 are published at ``--rate`` per second (far below capacity). Only messages that ran alone are
 summarised: answered before the next publish, the previous one answered before theirs (on a
-loaded machine some are not). ``--worker floor`` runs bench/floor.py instead (NATS marks only:
+loaded machine some are not). ``--db pg`` runs the service on a fresh PostgreSQL database
+(127.0.0.1:5432, bench/pg.py) instead of a SQLite file. ``--worker floor`` runs bench/floor.py instead (NATS marks only:
 its SQL commits are not logged).
 
 Marks, all in ``time.time()`` of the same machine:
@@ -13,6 +14,8 @@ Marks, all in ``time.time()`` of the same machine:
 - ``publish``: the bench's publish call (``sent_at`` in the message): the origin;
 - ``commit[tables]``: a service SQL commit (its log, written inside the service; the mark is
   the commit call, ``first write`` the transaction's first statement), numbered per message;
+  ``committed[tables]``: the group committer's transaction returned (its commit's round trip
+  ended; on PostgreSQL the server's fsync);
 - ``inbound ack``, ``checkpoint #n``, ``event <type>``, ``reply``, ``typing``: the service's
   publishes as a core subscription of the bench sees them arrive at the nats-server (a copy
   delivered ~0.1 ms after the server routed it).
@@ -78,8 +81,15 @@ def nats_kind(prefix: str, subject: str) -> str | None:
 
 
 def commit_marks(commit_log: list[list[Any]]) -> list[Mark]:
-    """``commit[tables]`` at each commit call, from the service's log of (first write, commit, tables)."""
-    return [(float(at), f"commit[{'+'.join(tables) or 'no writes'}]") for _first, at, tables in commit_log]
+    """``commit[tables]`` at each commit call, and ``committed[tables]`` when a group transaction's commit
+    returned, from the service's log of (first write, commit, tables[, committed])."""
+    marks: list[Mark] = []
+    for entry in commit_log:
+        name = "+".join(entry[2]) or "no writes"
+        marks.append((float(entry[1]), f"commit[{name}]"))
+        if len(entry) > 3:
+            marks.append((float(entry[3]), f"committed[{name}]"))
+    return marks
 
 
 def per_message(origins: list[float], marks: list[Mark]) -> list[dict[str, float]]:
@@ -151,8 +161,18 @@ FLOOR_SHAPE = PublishShape(
 )
 
 
-async def measure(messages: int, rate: float, work: Path, worker: str = "turnstile") -> dict[str, Any]:
-    """One run; ``worker`` is ``turnstile`` (marks + the service's commit log) or ``floor`` (NATS marks only)."""
+async def measure(messages: int, rate: float, work: Path, worker: str = "turnstile", db: str = "sqlite") -> dict[str, Any]:
+    """One run; ``worker`` is ``turnstile`` (marks + the service's commit log) or ``floor`` (NATS marks only);
+    ``db`` is the service's store (``sqlite`` | ``pg``)."""
+    if db == "pg":
+        from bench.pg import fresh_database
+
+        async with fresh_database("timeline") as name:
+            return await _measure(messages, rate, work, worker, name)
+    return await _measure(messages, rate, work, worker, None)
+
+
+async def _measure(messages: int, rate: float, work: Path, worker: str, pg_database: str | None) -> dict[str, Any]:
     from bench.scenarios import plain_text  # imports LangGraph (the bench extra): not needed by the pure helpers
 
     conf = work / "nats-open.conf"
@@ -196,11 +216,17 @@ async def measure(messages: int, rate: float, work: Path, worker: str = "turnsti
         child = await start_floor(server.url, prefix, orjson.dumps(FLOOR_SHAPE.as_dict()).decode(), work / "floor.log", 600)
         await nc.publish(f"{prefix}.bench.go", b"")
     else:
-        config = ServiceConfig(server.url, prefix, work / f"{prefix}.db")
+        extra: dict[str, str] = {}
+        if pg_database is not None:
+            from bench.pg import pg_url
+
+            extra["TURNSTILE_DATABASE_URL"] = pg_url(pg_database, "postgresql+asyncpg")
+        config = ServiceConfig(server.url, prefix, work / f"{prefix}.db", extra)
         env = {**config.env(), "BENCH_PROFILE_OUT": str(log_path), "BENCH_PROFILE_OFF": "1"}
         child = Child(["-m", "bench.profiled_service"], env, work / "service.log")
     driver = Driver(nc, subjects, Meters(server_meter, server_meter))
     commit_log: list[list[Any]] = []
+    pg_trips: dict[str, int] = {}
     try:
         if worker != "floor":
             await child.wait_ready(READY_MARKER, READY_TIMEOUT_S)
@@ -221,7 +247,9 @@ async def measure(messages: int, rate: float, work: Path, worker: str = "turnsti
             if not await wait_until(json_path.exists, 60, 0.1):
                 raise RuntimeError("the service wrote no commit log")
             await asyncio.sleep(0.2)  # the file is written in one call; let it finish
-            commit_log = orjson.loads(await asyncio.to_thread(json_path.read_bytes))["commit_log"]
+            logged = orjson.loads(await asyncio.to_thread(json_path.read_bytes))
+            commit_log = logged["commit_log"]
+            pg_trips = logged.get("pg_round_trips", {})
     finally:
         await child.stop()
         await driver.detach()
@@ -233,9 +261,10 @@ async def measure(messages: int, rate: float, work: Path, worker: str = "turnsti
     origins = [sent[i] for i in ids]
     alone = isolated(origins, [replied.get(i) for i in ids])
     msgs = [m for m, keep in zip(per_message(origins, marks + commit_marks(commit_log)), alone, strict=True) if keep]
-    commit_durations = [(at - first) * 1000 for first, at, _ in commit_log]
+    commit_durations = [(entry[1] - entry[0]) * 1000 for entry in commit_log]
     return {
         "worker": worker,
+        "db": "pg" if pg_database is not None else "sqlite",
         "messages": messages,
         "rate_per_s": rate,
         "answered": paced.answered,
@@ -244,6 +273,8 @@ async def measure(messages: int, rate: float, work: Path, worker: str = "turnsti
         "marks": summarise(msgs),
         "sql_commits_per_msg": len(commit_log) / max(len(origins), 1) if commit_log else None,
         "sql_first_write_to_commit_ms_median": statistics.median(commit_durations) if commit_durations else None,
+        # PostgreSQL round trips per message by kind (BEGIN, COMMIT, statement, executemany, prepare, ...)
+        "pg_round_trips_per_msg": {k: v / max(len(origins), 1) for k, v in sorted(pg_trips.items())},
         "load_average": os.getloadavg(),
     }
 
@@ -256,11 +287,15 @@ def table(r: dict[str, Any]) -> str:
         if r["sql_commits_per_msg"] else ""
     )
     lines = [
-        f"{r['worker']}, one session, {r['messages']} plain messages at {r['rate_per_s']:g}/s ({r['answered']} answered,"
+        f"{r['worker']} ({r.get('db', 'sqlite')}), one session, {r['messages']} plain messages at {r['rate_per_s']:g}/s ({r['answered']} answered,"
         f" {r['isolated']} alone: summarised; driver reply latency p50 {lat['p50_ms']:.2f} ms, p99 {lat['p99_ms']:.2f} ms);"
         f"{sql} load average {r['load_average'][0]:.1f}",
         f"{'mark':<44} {'median ms':>9} {'step ms':>8} {'p90 ms':>8} {'share':>6}",
     ]
+    if r.get("pg_round_trips_per_msg"):
+        trips = r["pg_round_trips_per_msg"]
+        lines.insert(1, f"PostgreSQL round trips per message: {sum(trips.values()):.2f} ("
+                     + ", ".join(f"{k} {v:.2f}" for k, v in trips.items()) + ")")
     lines += [
         f"{m['mark']:<44} {m['median_ms']:9.2f} {m['step_ms']:8.2f} {m['p90_ms']:8.2f} {m['share']:6.2f}" for m in r["marks"]
     ]
@@ -272,17 +307,18 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=100)
     parser.add_argument("--rate", type=float, default=5.0, help="messages per second (keep it far below capacity)")
     parser.add_argument("--worker", choices=["turnstile", "floor"], default="turnstile")
+    parser.add_argument("--db", choices=["sqlite", "pg"], default="sqlite", help="the service's store (turnstile only)")
     parser.add_argument("--out", type=Path, default=ROOT / "var" / "bench")
     args = parser.parse_args()
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     work = args.out / f"work-timeline-{stamp}"
     work.mkdir(parents=True, exist_ok=True)
     try:
-        result = asyncio.run(asyncio.wait_for(measure(args.messages, args.rate, work, args.worker), 600))
+        result = asyncio.run(asyncio.wait_for(measure(args.messages, args.rate, work, args.worker, args.db), 600))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     result["started_at"] = stamp
-    (args.out / f"timeline-{args.worker}-latest.json").write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
+    (args.out / f"timeline-{args.worker}{'-pg' if args.db == 'pg' else ''}-latest.json").write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
     print(table(result), flush=True)
 
 

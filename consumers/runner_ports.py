@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Protocol
 
-from core.engine import Session, SessionOptions
+from core.engine import JournalReadAhead, Session, SessionOptions
 from core.sessions.records import OriginChat, SessionRecord
 
 
@@ -15,7 +15,10 @@ class EngineOpener(Protocol):
     async def open(
         self, session_id: str, restored: dict[str, Any] | None, *, generation: int,
         options: SessionOptions | None = None, chat: dict[str, Any] | None = None, new: bool = False,
+        read_ahead: asyncio.Future[JournalReadAhead] | None = None,
     ) -> Session: ...
+
+    def read_ahead(self, session_id: str, generation: int) -> asyncio.Future[JournalReadAhead] | None: ...
 
     def pop_created(self, session_id: str) -> bool: ...
 

@@ -3,6 +3,7 @@ file leases (one per process, built by ``consumers/bootstrap.py``)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -12,6 +13,7 @@ from consumers.settings import Settings, secret_value
 from core.engine import (
     JournalHistoryReader,
     JournalOfGeneration,
+    JournalReadAhead,
     RuntimeModel,
     Session,
     SessionOptions,
@@ -113,23 +115,34 @@ class SessionOpener:
         del self._created[session_id]
         return True
 
+    def read_ahead(self, session_id: str, generation: int) -> asyncio.Future[JournalReadAhead] | None:
+        """Start reading the newest journal rows of ``generation`` for a reopen, to overlap the
+        checkpoint fetch (None where that gains nothing: ``SqlHistoryJournal.reads_ahead``). Hand
+        it to ``open``; a caller that does not, cancels it."""
+        if not self.journal.reads_ahead:
+            return None
+        return asyncio.ensure_future(self.journal.newest(session_id, generation=generation))
+
     async def open(
         self, session_id: str, restored: dict[str, Any] | None, *, generation: int,
         options: SessionOptions | None = None, chat: dict[str, Any] | None = None, new: bool = False,
+        read_ahead: asyncio.Future[JournalReadAhead] | None = None,
     ) -> Session:
         """Open ``generation`` of ``session_id``; ``restored`` (a snapshot) wins over ``options``.
 
         The session reads and writes only that generation's journal rows, also after its id
         was deleted (SM-21/SM-22: a late write never reaches the next generation).
         ``new``: the session was created by this process a moment ago (``pop_created``), so its
-        journal is known to be empty and is not read.
+        journal is known to be empty and is not read. ``read_ahead`` (from ``read_ahead``, started
+        before the checkpoint was fetched): the journal tail past ``restored`` is taken from it
+        when it covers it.
         """
         return await Session.open(
             session_id=session_id,
             system_prompt=self._system_prompt,
             runtime=self.runtime,
             options=options or self.options_for(session_id, chat),
-            journal=JournalOfGeneration(self.journal, lambda _session_id: generation),
+            journal=JournalOfGeneration(self.journal, lambda _session_id: generation, read_ahead),
             provider=self.provider,
             tools=self.tools,
             knowledge=self.knowledge,

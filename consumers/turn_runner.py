@@ -217,22 +217,30 @@ class TurnRunner:
             return self._engine
         # A session this process just created has no checkpoint of its generation and no journal.
         new = self._engine is None and self._engines.pop_created(self.session_id)
-        last = None if new else await self._pub.last_checkpoint(self.session_id)
-        restored: dict[str, Any] | None = None
-        self._checkpoints.reset(0)  # fenced on "no checkpoint yet" unless one is found
-        if last is not None:
-            seq, payload = last
-            self._checkpoints.reset(seq)
-            try:
-                cp = Checkpoint.model_validate(orjson.loads(payload))
-            except Exception as exc:
-                log.warning("session %s: unreadable checkpoint at %d (%r); folding the journal", self.session_id, seq, exc)
-            else:
-                if cp.generation == generation:
-                    restored = cp.snapshot
-        self._engine = await self._engines.open(
-            self.session_id, restored, generation=generation, chat=chat_of(self._book, self.session_id, inbound), new=new
-        )
+        # The newest journal rows are read while the checkpoint is fetched (PostgreSQL); the open
+        # takes the tail past the checkpoint from them when they cover it.
+        ahead = None if new else self._engines.read_ahead(self.session_id, generation)
+        try:
+            last = None if new else await self._pub.last_checkpoint(self.session_id)
+            restored: dict[str, Any] | None = None
+            self._checkpoints.reset(0)  # fenced on "no checkpoint yet" unless one is found
+            if last is not None:
+                seq, payload = last
+                self._checkpoints.reset(seq)
+                try:
+                    cp = Checkpoint.model_validate(orjson.loads(payload))
+                except Exception as exc:
+                    log.warning("session %s: unreadable checkpoint at %d (%r); folding the journal", self.session_id, seq, exc)
+                else:
+                    if cp.generation == generation:
+                        restored = cp.snapshot
+            self._engine = await self._engines.open(
+                self.session_id, restored, generation=generation, chat=chat_of(self._book, self.session_id, inbound),
+                new=new, read_ahead=ahead,
+            )
+        finally:
+            if ahead is not None:
+                _drop(ahead)
         self._engine.bind_work(work_of(self._book, self.session_id))
         self._generation = generation
         self._version_seen = self._engine.state.next_seq
@@ -448,3 +456,12 @@ class TurnRunner:
         else:
             await engine.interrupt_current_turn(checkpoint=checkpoint)
         return "aborted", None
+
+
+def _drop(future: asyncio.Future[Any]) -> None:
+    """A read ahead the open did not take (it failed first, or did not read the journal): stop it, or
+    retrieve its outcome so a failure is not reported as never retrieved."""
+    if not future.done():
+        future.cancel()
+    elif not future.cancelled():
+        future.exception()

@@ -11,6 +11,7 @@ from core.engine.journal import (
     HistoryJournal,
     JournalEntry,
     JournalOfGeneration,
+    JournalReadAhead,
 )
 from core.engine.knowledge import KnowledgeNode, KnowledgeObject, KnowledgeStore
 from core.engine.objects import ResolvedObject
@@ -34,6 +35,7 @@ __all__ = [
     "JournalEntry",
     "JournalHistoryReader",
     "JournalOfGeneration",
+    "JournalReadAhead",
     "KnowledgeNode",
     "KnowledgeObject",
     "KnowledgeStore",

@@ -13,7 +13,7 @@ engine ``Session`` writes through, bound to the generation it was opened for.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
@@ -109,21 +109,45 @@ class GenerationalJournal(Protocol):
         ...
 
 
+class JournalReadAhead(Protocol):
+    """The newest entries of one generation, read before the reader knew where its tail starts (a
+    reopen reads them while it fetches the checkpoint that says so)."""
+
+    def entries_from(self, from_seq: int) -> list[JournalEntry] | None:
+        """The entries with ``seq >= from_seq`` in ``seq`` order, as ``load`` would read them, when
+        the rows read cover that range; None when they may not (read the range itself)."""
+        ...
+
+
 class JournalOfGeneration:
     """``HistoryJournal`` over one generation of each id: ``generation_of(session_id)`` picks it.
 
     An engine ``Session`` gets one bound to the generation it was opened for, so what it
-    writes after its id was deleted stays in the old generation.
+    writes after its id was deleted stays in the old generation. ``read_ahead``: the newest
+    entries, read while the session's checkpoint was fetched; the first ``load`` takes its
+    range from them when they cover it (once: later loads read the journal).
     """
 
-    def __init__(self, journal: GenerationalJournal, generation_of: Callable[[str], int]) -> None:
+    def __init__(
+        self, journal: GenerationalJournal, generation_of: Callable[[str], int],
+        read_ahead: Awaitable[JournalReadAhead] | None = None,
+    ) -> None:
         self._journal = journal
         self._generation_of = generation_of
+        self._read_ahead = read_ahead
 
     async def append(self, session_id: str, entries: list[JournalEntry]) -> None:
         await self._journal.append(session_id, entries, generation=self._generation_of(session_id))
 
     async def load(self, session_id: str, *, from_seq: int = 0) -> list[JournalEntry]:
+        ahead, self._read_ahead = self._read_ahead, None
+        if ahead is not None:
+            try:
+                entries = (await ahead).entries_from(from_seq)
+            except Exception:  # the read ahead failed: the range read below answers (or fails) for itself
+                entries = None
+            if entries is not None:
+                return entries
         return await self._journal.load(session_id, generation=self._generation_of(session_id), from_seq=from_seq)
 
     async def clear(self, session_id: str) -> None:

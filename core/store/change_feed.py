@@ -23,7 +23,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core.sessions.ports import StoreChange
 from core.store.committer import GroupCommitter
-from core.store.session_repo import SqlSessionRepository, place_from_row, session_from_row, workspace_from_row
+from core.store.session_repo import (
+    SqlSessionRepository,
+    place_from_row,
+    session_from_row,
+    session_row,
+    workspace_from_row,
+)
 from core.store.session_tables import generations_table, places_table, sessions_table, workspaces_table
 
 CHANNEL = "turnstile_shared_state"
@@ -109,10 +115,30 @@ class NotifyingSessionRepository(SqlSessionRepository):
         super().__init__(engine, committer)
         self.origin = origin
 
+    def _one_statement(self, change: StoreChange) -> bool:
+        return self._dialect == "postgresql" and _one_record(change)
+
     def _apply(self, conn: Connection, change: StoreChange) -> None:
+        if conn.dialect.name != "postgresql":  # SQLite has no one to tell: the keys need not be gathered
+            super()._apply(conn, change)
+            return
+        keys = keys_of(change, self.origin)
+        if _one_record(change) and conn.dialect.paramstyle == "numeric_dollar":
+            # A turn's bookkeeping (one record): the upsert and its notification as ONE statement, a
+            # data-modifying WITH (run whether or not it is read) and the pg_notify after it.
+            sql, (values,) = self._upsert_statement(conn, sessions_table, ("id",), [session_row(change.sessions[0])])
+            n = len(values)
+            conn.exec_driver_sql(
+                f"WITH upserted AS ({sql}) SELECT pg_notify(${n + 1}, ${n + 2})", (*values, CHANNEL, keys.encode())
+            )
+            return
         super()._apply(conn, change)
-        if conn.dialect.name == "postgresql":  # SQLite has no one to tell: the keys need not be gathered
-            notify(conn, keys_of(change, self.origin))
+        notify(conn, keys)
+
+
+def _one_record(change: StoreChange) -> bool:
+    """The change upserts one session record and writes nothing else."""
+    return len(change.sessions) == 1 and StoreChange(sessions=change.sessions) == change
 
 
 async def read_back(engine: AsyncEngine, change: SharedChange) -> StoreChange:

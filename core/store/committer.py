@@ -27,7 +27,12 @@ if another connection holds it, that transaction runs in a thread that waits
 (busy timeout) instead. The WAL is checkpointed by a thread of its own in the background
 every ``WAL_CHECKPOINT_EVERY`` transactions or ``WAL_CHECKPOINT_EVERY_OPS`` operations, never by a commit. With
 ``synchronous=FULL`` (each commit fsyncs) transactions always run in the thread. Elsewhere
-(PostgreSQL) the transaction runs on the async database engine via ``run_sync``.
+(PostgreSQL) the transaction runs on the async database engine via ``run_sync``: ``BEGIN``, the
+statements and ``COMMIT``, each a round trip. A write of exactly one statement
+(``run(op, one_statement=True)``) that is alone in its batch skips the ``BEGIN`` and ``COMMIT``
+round trips: it runs in autocommit, where PostgreSQL commits the statement as its own
+transaction before it answers (durable on return, as ``synchronous_commit`` is on; one
+statement, so as atomic as the explicit transaction).
 """
 
 from __future__ import annotations
@@ -66,6 +71,7 @@ class _Queued:
     op: Operation
     done: asyncio.Future[Any]
     lazy: bool = False
+    one_statement: bool = False
 
 
 _HURRY = object()  # queued by ``hurry``: commit the lazy writes now
@@ -87,6 +93,10 @@ class GroupCommitter:
         lazy_wait_s: float = DEFAULT_LAZY_WAIT_S,
     ) -> None:
         self._db_engine = db_engine
+        # PostgreSQL: a lone one-statement write commits as its own statement (no BEGIN/COMMIT round trips).
+        self._autocommit = (
+            db_engine.execution_options(isolation_level="AUTOCOMMIT") if db_engine.dialect.name == "postgresql" else None
+        )
         self._lazy_wait_s = lazy_wait_s
         # With synchronous=FULL every commit fsyncs: those run in the thread, never on the loop.
         self._inline = sqlite_synchronous == "NORMAL"
@@ -110,15 +120,17 @@ class GroupCommitter:
         self.waited = 0  # SQLite transactions that found the write lock taken and ran in the thread
         self._checkpointing: asyncio.Future[None] | None = None
 
-    async def run(self, op: Callable[[Connection], T], *, lazy: bool = False) -> T:
+    async def run(self, op: Callable[[Connection], T], *, lazy: bool = False, one_statement: bool = False) -> T:
         """Run ``op`` inside the next group transaction; raises what ``op`` raised on its own.
 
         ``lazy``: nobody waits for it on a turn's path; it may wait up to ``lazy_wait_s``
         for a write that is waited for, to share its transaction (still durable on return).
+        ``one_statement``: ``op`` executes exactly one statement (PostgreSQL runs it alone in
+        autocommit when nothing else is queued with it).
         """
         queue = self._ensure_writer()
         done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        queue.put_nowait(_Queued(op, done, lazy))
+        queue.put_nowait(_Queued(op, done, lazy, one_statement))
         # A cancelled caller cancels only its own future: the queued op still runs in the next
         # group transaction (the writer never looks at the future before it settles it).
         result: T = await done
@@ -193,7 +205,10 @@ class GroupCommitter:
 
     async def _commit(self, batch: list[_Queued]) -> None:
         try:
-            results = await self._transaction([q.op for q in batch])
+            if self._autocommit is not None and len(batch) == 1 and batch[0].one_statement:
+                results = [await self._statement(batch[0].op)]
+            else:
+                results = await self._transaction([q.op for q in batch])
         except Exception as exc:
             if len(batch) == 1:
                 _settle(batch[0], exc=exc)
@@ -232,6 +247,15 @@ class GroupCommitter:
         self.transactions += 1
         self.operations += len(ops)
         return results
+
+    async def _statement(self, op: Operation) -> Any:
+        """PostgreSQL: one statement in autocommit, committed by the server before it answers."""
+        assert self._autocommit is not None
+        async with self._autocommit.connect() as conn:
+            result = await conn.run_sync(op)
+        self.transactions += 1
+        self.operations += 1
+        return result
 
     def _sync_transaction(self, ops: list[Operation], wait: bool = False) -> list[Any]:
         conn = self._writer_connection()

@@ -133,7 +133,8 @@ class SqlInbox:
                 if m.key in inserted and m.key not in fresh:
                     fresh[m.key] = m
 
-        await self._write(op)
+        # Unfenced, a live chat's message is one INSERT: alone in its batch it commits as that statement.
+        await self._write(op, one_statement=not claims and len({m.key for m in messages}) == 1)
         if refused:
             raise OwnershipLost(f"{len(messages)} messages not staged: their partition has a newer owner")
         seen: set[tuple[str, str]] = set()
@@ -143,9 +144,9 @@ class SqlInbox:
             seen.add(m.key)
         return result
 
-    async def _write(self, op: Callable[[Connection], object], *, lazy: bool = False) -> None:
+    async def _write(self, op: Callable[[Connection], object], *, lazy: bool = False, one_statement: bool = False) -> None:
         if self._committer is not None:
-            await self._committer.run(op, lazy=lazy)
+            await self._committer.run(op, lazy=lazy, one_statement=one_statement)
             return
         async with self._db_engine.begin() as conn:
             await conn.run_sync(op)

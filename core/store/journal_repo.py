@@ -31,6 +31,10 @@ from core.store.journal_tables import journal_entries
 from core.store.partition_epochs import WriteFence, claims_of, epochs_hold
 from core.store.session_tables import generations_table, sessions_table
 
+# Rows a reopen reads ahead (``newest``): a plain turn journals 3 (the user message; the answer and
+# the turn's end), and the tail past a checkpoint is usually empty.
+READ_AHEAD_ROWS = 4
+
 
 class SqlHistoryJournal:
     """``HistoryJournal`` on SQLAlchemy async (SQLite or PostgreSQL). Call ``aclose`` at shutdown."""
@@ -47,6 +51,11 @@ class SqlHistoryJournal:
         # four thread hops (checkout, execute, fetch, reset: ~2.5 ms of a cold open on a loaded machine).
         self._tail_reader: Engine | None = (
             create_sqlite_reader_engine(db_engine) if is_sqlite(db_engine.url.drivername) else None
+        )
+        # PostgreSQL: a read is one SELECT, run in autocommit: one round trip, where a pooled connection's
+        # implicit transaction added a BEGIN before it and a ROLLBACK when it went back to the pool.
+        self._reads: AsyncEngine = (
+            db_engine if self._tail_reader is not None else db_engine.execution_options(isolation_level="AUTOCOMMIT")
         )
 
     @property
@@ -73,7 +82,7 @@ class SqlHistoryJournal:
             return True
 
         try:
-            written = await self._committer.run(op)
+            written = await self._committer.run(op, one_statement=not claims)
         except Exception as exc:
             error = _translate(session_id, entries, exc)
             if error is exc:
@@ -98,6 +107,28 @@ class SqlHistoryJournal:
                 pass  # busy (the reader never waits on the loop): read through the pool
         return await self._entries(query)
 
+    @property
+    def reads_ahead(self) -> bool:
+        """Whether a reopen should read the newest entries while it fetches the checkpoint (PostgreSQL:
+        the read is a round trip to the server that can overlap the fetch; SQLite reads the tail on
+        the event loop in ~0.1 ms, which overlaps nothing)."""
+        return self._tail_reader is None
+
+    async def newest(self, session_id: str, *, generation: int = 0, count: int = READ_AHEAD_ROWS) -> NewestEntries:
+        """The newest ``count`` rows of the session's ``generation`` (one backward range of the primary key),
+        for a reopen that does not know yet from which seq it needs them."""
+        j = journal_entries
+        query = (
+            select(j).where(j.c.session_id == session_id, j.c.generation == generation)
+            .order_by(j.c.seq.desc()).limit(count)
+        )
+        try:
+            async with self._reads.connect() as conn:
+                rows = (await conn.execute(query)).all()
+        except DBAPIError as exc:
+            raise Unavailable(f"journal read failed: {exc.orig!r}") from exc
+        return NewestEntries(rows[::-1], complete=len(rows) < count)
+
     async def entries_for_event(
         self, session_id: str, external_event_id: str, kinds: Sequence[EntryKind], *, generation: int = 0
     ) -> list[JournalEntry]:
@@ -117,7 +148,7 @@ class SqlHistoryJournal:
     async def _entries(self, query: Select[Any]) -> list[JournalEntry]:
         """Run a query over journal rows and read them back as entries; Unavailable when the read fails."""
         try:
-            async with self._db_engine.connect() as conn:
+            async with self._reads.connect() as conn:
                 rows = (await conn.execute(query)).all()
         except DBAPIError as exc:
             raise Unavailable(f"journal read failed: {exc.orig!r}") from exc
@@ -136,7 +167,7 @@ class SqlHistoryJournal:
             .distinct()
         )
         try:
-            async with self._db_engine.connect() as conn:
+            async with self._reads.connect() as conn:
                 rows = (await conn.execute(query)).all()
         except DBAPIError as exc:
             raise Unavailable(f"journal read failed: {exc.orig!r}") from exc
@@ -181,6 +212,20 @@ class SqlHistoryJournal:
             await self._committer.aclose()
         if self._tail_reader is not None:
             self._tail_reader.dispose()
+
+
+class NewestEntries:
+    """The newest rows of one generation (``JournalReadAhead``): they answer a range that starts at or
+    after the oldest of them, or any range when they are every row of the generation."""
+
+    def __init__(self, rows: Sequence[Any], *, complete: bool) -> None:
+        self._rows = rows  # in seq order
+        self._complete = complete
+
+    def entries_from(self, from_seq: int) -> list[JournalEntry] | None:
+        if not self._complete and (not self._rows or self._rows[0].seq > from_seq):
+            return None
+        return _as_entries([row for row in self._rows if row.seq >= from_seq])
 
 
 # The columns of an appended row, in the order of the tuples ``append`` builds.

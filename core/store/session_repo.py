@@ -134,7 +134,9 @@ class SqlSessionRepository:
         if change.is_empty():
             return
         if self._committer is not None:
-            await self._committer.run(lambda conn: self._apply(conn, change), lazy=lazy)
+            await self._committer.run(
+                lambda conn: self._apply(conn, change), lazy=lazy, one_statement=self._one_statement(change)
+            )
             return
         async with self._db_engine.begin() as conn:
             await conn.run_sync(self._apply, change)
@@ -143,6 +145,10 @@ class SqlSessionRepository:
         """Commit the lazy writes waiting for company now."""
         if self._committer is not None:
             self._committer.hurry()
+
+    def _one_statement(self, change: StoreChange) -> bool:
+        """Whether ``_apply`` writes ``change`` in one statement (``GroupCommitter.run(one_statement=...)``)."""
+        return False
 
     def _apply(self, conn: Connection, change: StoreChange) -> None:
         self._delete(conn, sessions_table, "id", change.deleted_sessions)
@@ -162,6 +168,13 @@ class SqlSessionRepository:
     def _upsert(self, conn: Connection, table: Table, keys: tuple[str, ...], rows: list[Row]) -> None:
         if not rows:
             return
+        sql, values = self._upsert_statement(conn, table, keys, rows)
+        run_rows(conn, sql, values)
+
+    def _upsert_statement(
+        self, conn: Connection, table: Table, keys: tuple[str, ...], rows: list[Row]
+    ) -> tuple[str, list[tuple[Any, ...]]]:
+        """The upsert's SQL text in the dialect's parameter style and each row's values in its bind order."""
         names, json_at = _columns(table)
 
         def build() -> Any:
@@ -170,7 +183,7 @@ class SqlSessionRepository:
             return stmt.on_conflict_do_update(index_elements=list(keys), set_=updates)
 
         sql = driver_sql(conn, f"upsert {table.name}", build, names, column_keys=names)
-        run_rows(conn, sql, [_bound(row, names, json_at) for row in rows])
+        return sql, [_bound(row, names, json_at) for row in rows]
 
 
 def _bound(row: Row, names: tuple[str, ...], json_at: tuple[int, ...]) -> tuple[Any, ...]:

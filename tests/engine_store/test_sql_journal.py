@@ -159,3 +159,49 @@ async def test_session_survives_a_process_restart_on_sql(engine: AsyncEngine, db
 
 async def _noop(snapshot: dict[str, Any]) -> None:
     return None
+
+
+async def test_the_newest_rows_answer_the_range_they_cover_and_no_other(engine: AsyncEngine) -> None:
+    # KS-2 reopen: the journal tail past a checkpoint read ahead of the checkpoint (before its
+    # next_seq is known) is exactly the range read, or no answer when the rows may not cover it.
+    journal = SqlHistoryJournal(engine)
+    sid = f"s-{uuid.uuid4()}"
+    await journal.append(sid, [_entry(i, text=str(i)) for i in range(10)])
+    await journal.append(sid, [_entry(0, text="next generation")], generation=1)
+    newest = await journal.newest(sid, count=4)
+    for from_seq in (6, 8, 9, 10, 12):
+        answer = newest.entries_from(from_seq)
+        assert answer is not None and answer == await journal.load(sid, from_seq=from_seq)
+    assert newest.entries_from(5) is None and newest.entries_from(0) is None
+    whole = await journal.newest(sid, generation=1, count=4)  # fewer rows than asked: the whole generation
+    assert whole.entries_from(0) == await journal.load(sid, generation=1) and whole.entries_from(1) == []
+    assert (await journal.newest(f"s-{uuid.uuid4()}")).entries_from(0) == []
+    await journal.aclose()
+
+
+async def test_a_reopen_takes_its_tail_from_the_read_ahead_once_and_reads_the_journal_otherwise(
+    engine: AsyncEngine,
+) -> None:
+    from core.engine import JournalOfGeneration
+
+    journal = SqlHistoryJournal(engine)
+    sid = f"s-{uuid.uuid4()}"
+    await journal.append(sid, [_entry(i, text=str(i)) for i in range(10)])
+
+    async def ahead(count: int) -> asyncio.Future[Any]:
+        read: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        read.set_result(await journal.newest(sid, count=count))
+        return read
+
+    covered = JournalOfGeneration(journal, lambda _sid: 0, await ahead(4))
+    await journal.append(sid, [_entry(10, text="after the read ahead")])  # the one-shot answer is the read's
+    assert [e.seq for e in await covered.load(sid, from_seq=7)] == [7, 8, 9]
+    assert [e.seq for e in await covered.load(sid, from_seq=7)] == [7, 8, 9, 10]  # later loads read the journal
+    short = JournalOfGeneration(journal, lambda _sid: 0, await ahead(2))
+    assert [e.seq for e in await short.load(sid, from_seq=5)] == list(range(5, 11))  # not covered: the range read
+
+    async def failed() -> Any:
+        raise RuntimeError("read ahead failed")
+
+    assert [e.seq for e in await JournalOfGeneration(journal, lambda _sid: 0, failed()).load(sid, from_seq=9)] == [9, 10]
+    await journal.aclose()

@@ -261,3 +261,37 @@ async def test_a_lazy_write_without_company_commits_after_its_wait_and_at_close(
         await patient.aclose()
         async with engine.begin() as conn:
             await conn.execute(text("DROP TABLE committer_probe"))
+
+
+async def test_a_lone_one_statement_write_is_committed_when_run_returns_and_fails_alone(engine: AsyncEngine) -> None:
+    # MQ-8: a write of one statement alone in its batch (PostgreSQL: run in autocommit, no BEGIN/COMMIT
+    # round trips) is as durable on return as a group transaction, and a failing one raises and
+    # writes nothing; queued together with other writes it shares their transaction as before.
+    async with engine.begin() as conn:
+        await conn.execute(text("CREATE TABLE IF NOT EXISTS committer_probe (n INTEGER PRIMARY KEY)"))
+        await conn.execute(text("DELETE FROM committer_probe"))
+    committer = GroupCommitter(engine)
+
+    def insert(*ns: int):  # type: ignore[no-untyped-def]
+        def op(conn: Connection) -> int:
+            conn.execute(text("INSERT INTO committer_probe (n) VALUES (:n)"), [{"n": n} for n in ns])
+            return len(ns)
+
+        return op
+
+    try:
+        assert await committer.run(insert(1), one_statement=True) == 1
+        assert await _count(engine) == 1  # seen by another connection: committed
+        with pytest.raises(Exception):  # noqa: B017 - the driver's unique violation, whatever its class
+            await committer.run(insert(1), one_statement=True)
+        assert await _count(engine) == 1
+        results = await asyncio.gather(
+            committer.run(insert(2), one_statement=True), committer.run(insert(3, 4)),
+            committer.run(insert(2), one_statement=True), return_exceptions=True,
+        )
+        assert results[0] == 1 and results[1] == 2 and isinstance(results[2], Exception)
+        assert await _count(engine) == 4
+    finally:
+        await committer.aclose()
+        async with engine.begin() as conn:
+            await conn.execute(text("DROP TABLE committer_probe"))
