@@ -34,7 +34,7 @@ round trips: it runs in autocommit, where PostgreSQL commits the statement as it
 transaction before it answers (durable on return, as ``synchronous_commit`` is on; one
 statement, so as atomic as the explicit transaction). A batch whose every write also comes as a
 ``Piece`` (``run(op, piece=...)``: one data-modifying statement, e.g. a turn's answer appended to the
-journal with the lazy ``turn_started`` record upsert queued before it) runs the same way as ONE
+journal with the lazy ``turn_started`` record upsert queued before it; at most ``MAX_JOINED``) runs the same way as ONE
 statement, ``WITH w0 AS (…), w1 AS (…) SELECT pg_notify(…)`` (``core/store/driver_sql.py``): one round
 trip instead of ``BEGIN``, a statement each and ``COMMIT``. If it fails, its writes are retried one by
 one in transactions of their own, as a failed group transaction's are.
@@ -69,6 +69,10 @@ DEFAULT_LAZY_WAIT_S = 0.05
 # last one, whichever comes first: each copies and fsyncs a bounded part of the WAL (a backlog's large
 # group transactions reach the operation count first), since its fsync holds up the broker's own.
 WAL_CHECKPOINT_EVERY = 100
+# PostgreSQL: at most this many writes join in one statement (the answer and its ``turn_started``
+# record). Each distinct shape of joined statement is prepared once per connection (asyncpg's
+# statement cache): larger batches keep their transaction, whose statements' shapes are few.
+MAX_JOINED = 2
 WAL_CHECKPOINT_EVERY_OPS = 1000
 
 
@@ -221,7 +225,8 @@ class GroupCommitter:
                 results = [await self._statement(batch[0].op)]
             else:
                 pieces = [q.piece for q in batch if q.piece is not None]
-                joined = await self._joined(pieces) if self._autocommit is not None and len(pieces) == len(batch) else None
+                joins = self._autocommit is not None and len(pieces) == len(batch) <= MAX_JOINED
+                joined = await self._joined(pieces) if joins else None
                 results = joined if joined is not None else await self._transaction([q.op for q in batch])
         except Exception as exc:
             if len(batch) == 1:
