@@ -69,11 +69,11 @@ DEFAULT_LAZY_WAIT_S = 0.05
 # last one, whichever comes first: each copies and fsyncs a bounded part of the WAL (a backlog's large
 # group transactions reach the operation count first), since its fsync holds up the broker's own.
 WAL_CHECKPOINT_EVERY = 100
+WAL_CHECKPOINT_EVERY_OPS = 1000
 # PostgreSQL: at most this many writes join in one statement (the answer and its ``turn_started``
 # record). Each distinct shape of joined statement is prepared once per connection (asyncpg's
 # statement cache): larger batches keep their transaction, whose statements' shapes are few.
 MAX_JOINED = 2
-WAL_CHECKPOINT_EVERY_OPS = 1000
 
 
 @dataclass

@@ -17,6 +17,11 @@ of ~15 µs per journal insert or record upsert). The transaction is the caller's
 connection's, begun by the group committer: without one, ``exec_driver_sql`` begins it); a driver error is raised as SQLAlchemy's own
 (``IntegrityError``, ``OperationalError``, …) and ``before_cursor_execute`` listeners (the
 bench's statement counter) still see each statement.
+
+On PostgreSQL (asyncpg's ``$n`` binds) such a statement can also be a ``Piece``, and
+``run_pieces`` runs several as ONE statement, each a data-modifying ``WITH`` part, its binds
+renumbered, and at most one ``pg_notify`` after them (``GroupCommitter``: the answer's journal
+append with the record upsert queued before it).
 """
 
 from __future__ import annotations
@@ -100,7 +105,7 @@ def joinable(pieces: Sequence[Piece]) -> bool:
 
 
 def run_pieces(conn: Connection, pieces: Sequence[Piece]) -> list[Any]:
-    """Run ``pieces`` as one statement, ``WITH w1 AS (…), w2 AS (…) SELECT pg_notify(…)`` (a data-modifying
+    """Run ``pieces`` as one statement, ``WITH w0 AS (…), w1 AS (…) SELECT pg_notify(…)`` (a data-modifying
     ``WITH`` runs whether or not it is read; every part sees the same snapshot, and one failing fails
     the statement: as atomic as a transaction of them); their results in order."""
     parts: list[str] = []

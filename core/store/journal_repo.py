@@ -57,7 +57,6 @@ class SqlHistoryJournal:
         self._reads: AsyncEngine = (
             db_engine if self._tail_reader is not None else db_engine.execution_options(isolation_level="AUTOCOMMIT")
         )
-
         # PostgreSQL (asyncpg): an unfenced append can join other writes in one statement (``Piece``).
         self._joins = db_engine.dialect.paramstyle == "numeric_dollar"
 
