@@ -36,6 +36,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
 _TABLE = re.compile(r"\b(?:INTO|UPDATE|FROM)\s+\"?(\w+)", re.IGNORECASE)
+_WRITTEN = re.compile(r"\bINSERT\s+INTO\s+\"?(\w+)", re.IGNORECASE)  # every table a data-modifying WITH writes
 
 
 class SqlCounter:
@@ -60,8 +61,10 @@ class SqlCounter:
         verb = statement.lstrip().split(None, 1)[0].upper() if statement.strip() else "?"
         m = _TABLE.search(statement)
         self.statements[f"{verb} {m.group(1) if m else ''}".strip()] += 1
-        if m and verb in ("INSERT", "UPDATE", "DELETE", "WITH"):  # WITH: a data-modifying WITH (upsert + notify)
+        if m and verb in ("INSERT", "UPDATE", "DELETE"):
             self._written.setdefault(id(conn), (time.time(), set()))[1].add(m.group(1))
+        elif m and verb == "WITH":  # a data-modifying WITH: an upsert + notify, or writes joined in one statement
+            self._written.setdefault(id(conn), (time.time(), set()))[1].update(_WRITTEN.findall(statement))
 
     def on_commit(self, conn: Any) -> None:
         if self.active:
@@ -86,24 +89,26 @@ class SqlCounter:
                 if counter.active and len(counter.commit_log) == logged + 1:
                     counter.commit_log[logged].append(time.time())
 
-        statement = GroupCommitter._statement
+        def autocommitted(method: Any) -> Any:
+            # PostgreSQL autocommit (a lone one-statement write, or a batch of writes joined in one
+            # statement): no commit event; logged as a commit whose call and return are the statement's answer.
+            async def timed_statement(self: GroupCommitter, arg: Any) -> Any:
+                before = set(counter._written)
+                try:
+                    return await method(self, arg)
+                finally:
+                    now = time.time()
+                    for key in set(counter._written) - before:
+                        first, tables = counter._written.pop(key)
+                        if counter.active:
+                            counter.commits += 1
+                            counter.commit_log.append([first, now, sorted(tables), now])
 
-        async def timed_statement(self: GroupCommitter, op: Any) -> Any:
-            # PostgreSQL autocommit (a lone one-statement write): no commit event; logged as a commit
-            # whose call and return are the statement's answer.
-            before = set(counter._written)
-            try:
-                return await statement(self, op)
-            finally:
-                now = time.time()
-                for key in set(counter._written) - before:
-                    first, tables = counter._written.pop(key)
-                    if counter.active:
-                        counter.commits += 1
-                        counter.commit_log.append([first, now, sorted(tables), now])
+            return timed_statement
 
         GroupCommitter._transaction = timed  # type: ignore[method-assign]
-        GroupCommitter._statement = timed_statement  # type: ignore[method-assign]
+        GroupCommitter._statement = autocommitted(GroupCommitter._statement)  # type: ignore[method-assign]
+        GroupCommitter._joined = autocommitted(GroupCommitter._joined)  # type: ignore[method-assign]
 
 
 class PgTrips:

@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core.sessions.ports import StoreChange
 from core.store.committer import GroupCommitter
+from core.store.driver_sql import Piece, run_pieces
 from core.store.session_repo import (
     SqlSessionRepository,
     place_from_row,
@@ -114,26 +115,28 @@ class NotifyingSessionRepository(SqlSessionRepository):
     def __init__(self, engine: AsyncEngine, committer: GroupCommitter | None = None, *, origin: str) -> None:
         super().__init__(engine, committer)
         self.origin = origin
-
-    def _one_statement(self, change: StoreChange) -> bool:
-        return self._dialect == "postgresql" and _one_record(change)
+        self._paramstyle = engine.dialect.paramstyle
 
     def _apply(self, conn: Connection, change: StoreChange) -> None:
         if conn.dialect.name != "postgresql":  # SQLite has no one to tell: the keys need not be gathered
             super()._apply(conn, change)
             return
-        keys = keys_of(change, self.origin)
-        if _one_record(change) and conn.dialect.paramstyle == "numeric_dollar":
+        if self._joins(change):
             # A turn's bookkeeping (one record): the upsert and its notification as ONE statement, a
             # data-modifying WITH (run whether or not it is read) and the pg_notify after it.
-            sql, (values,) = self._upsert_statement(conn, sessions_table, ("id",), [session_row(change.sessions[0])])
-            n = len(values)
-            conn.exec_driver_sql(
-                f"WITH upserted AS ({sql}) SELECT pg_notify(${n + 1}, ${n + 2})", (*values, CHANNEL, keys.encode())
-            )
+            run_pieces(conn, [self._piece(conn, change)])
             return
         super()._apply(conn, change)
-        notify(conn, keys)
+        notify(conn, keys_of(change, self.origin))
+
+    def _joins(self, change: StoreChange) -> bool:
+        return self._paramstyle == "numeric_dollar" and _one_record(change)
+
+    def _piece(self, conn: Connection, change: StoreChange) -> Piece:
+        """The one record's upsert and its notification as a ``Piece`` (it joins the journal append it
+        waited for in one statement: ``GroupCommitter``)."""
+        sql, (values,) = self._upsert_statement(conn, sessions_table, ("id",), [session_row(change.sessions[0])])
+        return Piece(sql, values, notify=(CHANNEL, keys_of(change, self.origin).encode()))
 
 
 def _one_record(change: StoreChange) -> bool:

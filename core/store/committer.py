@@ -32,7 +32,12 @@ statements and ``COMMIT``, each a round trip. A write of exactly one statement
 (``run(op, one_statement=True)``) that is alone in its batch skips the ``BEGIN`` and ``COMMIT``
 round trips: it runs in autocommit, where PostgreSQL commits the statement as its own
 transaction before it answers (durable on return, as ``synchronous_commit`` is on; one
-statement, so as atomic as the explicit transaction).
+statement, so as atomic as the explicit transaction). A batch whose every write also comes as a
+``Piece`` (``run(op, piece=...)``: one data-modifying statement, e.g. a turn's answer appended to the
+journal with the lazy ``turn_started`` record upsert queued before it; at most ``MAX_JOINED``) runs the same way as ONE
+statement, ``WITH w0 AS (…), w1 AS (…) SELECT pg_notify(…)`` (``core/store/driver_sql.py``): one round
+trip instead of ``BEGIN``, a statement each and ``COMMIT``. If it fails, its writes are retried one by
+one in transactions of their own, as a failed group transaction's are.
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core.store.db import SQLITE_BUSY_TIMEOUT_MS, create_sqlite_writer_engine
+from core.store.driver_sql import Piece, joinable, run_pieces
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +70,10 @@ DEFAULT_LAZY_WAIT_S = 0.05
 # group transactions reach the operation count first), since its fsync holds up the broker's own.
 WAL_CHECKPOINT_EVERY = 100
 WAL_CHECKPOINT_EVERY_OPS = 1000
+# PostgreSQL: at most this many writes join in one statement (the answer and its ``turn_started``
+# record). Each distinct shape of joined statement is prepared once per connection (asyncpg's
+# statement cache): larger batches keep their transaction, whose statements' shapes are few.
+MAX_JOINED = 2
 
 
 @dataclass
@@ -72,6 +82,7 @@ class _Queued:
     done: asyncio.Future[Any]
     lazy: bool = False
     one_statement: bool = False
+    piece: Callable[[Connection], Piece] | None = None
 
 
 _HURRY = object()  # queued by ``hurry``: commit the lazy writes now
@@ -120,17 +131,22 @@ class GroupCommitter:
         self.waited = 0  # SQLite transactions that found the write lock taken and ran in the thread
         self._checkpointing: asyncio.Future[None] | None = None
 
-    async def run(self, op: Callable[[Connection], T], *, lazy: bool = False, one_statement: bool = False) -> T:
+    async def run(
+        self, op: Callable[[Connection], T], *, lazy: bool = False, one_statement: bool = False,
+        piece: Callable[[Connection], Piece] | None = None,
+    ) -> T:
         """Run ``op`` inside the next group transaction; raises what ``op`` raised on its own.
 
         ``lazy``: nobody waits for it on a turn's path; it may wait up to ``lazy_wait_s``
         for a write that is waited for, to share its transaction (still durable on return).
         ``one_statement``: ``op`` executes exactly one statement (PostgreSQL runs it alone in
         autocommit when nothing else is queued with it).
+        ``piece``: the same write as one statement that can join others (PostgreSQL runs a batch
+        of such writes as one statement in autocommit); its ``result`` is ``op``'s.
         """
         queue = self._ensure_writer()
         done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        queue.put_nowait(_Queued(op, done, lazy, one_statement))
+        queue.put_nowait(_Queued(op, done, lazy, one_statement or piece is not None, piece))
         # A cancelled caller cancels only its own future: the queued op still runs in the next
         # group transaction (the writer never looks at the future before it settles it).
         result: T = await done
@@ -208,7 +224,10 @@ class GroupCommitter:
             if self._autocommit is not None and len(batch) == 1 and batch[0].one_statement:
                 results = [await self._statement(batch[0].op)]
             else:
-                results = await self._transaction([q.op for q in batch])
+                pieces = [q.piece for q in batch if q.piece is not None]
+                joins = self._autocommit is not None and len(pieces) == len(batch) <= MAX_JOINED
+                joined = await self._joined(pieces) if joins else None
+                results = joined if joined is not None else await self._transaction([q.op for q in batch])
         except Exception as exc:
             if len(batch) == 1:
                 _settle(batch[0], exc=exc)
@@ -256,6 +275,22 @@ class GroupCommitter:
         self.transactions += 1
         self.operations += 1
         return result
+
+    async def _joined(self, pieces: list[Callable[[Connection], Piece]]) -> list[Any] | None:
+        """PostgreSQL: a batch of pieces as ONE statement in autocommit; None (nothing run) when they
+        cannot join (``joinable``)."""
+        assert self._autocommit is not None
+
+        def run(conn: Connection) -> list[Any] | None:
+            built = [piece(conn) for piece in pieces]
+            return run_pieces(conn, built) if joinable(built) else None
+
+        async with self._autocommit.connect() as conn:
+            results = await conn.run_sync(run)
+        if results is not None:
+            self.transactions += 1
+            self.operations += len(pieces)
+        return results
 
     def _sync_transaction(self, ops: list[Operation], wait: bool = False) -> list[Any]:
         conn = self._writer_connection()

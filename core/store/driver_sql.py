@@ -17,12 +17,19 @@ of ~15 µs per journal insert or record upsert). The transaction is the caller's
 connection's, begun by the group committer: without one, ``exec_driver_sql`` begins it); a driver error is raised as SQLAlchemy's own
 (``IntegrityError``, ``OperationalError``, …) and ``before_cursor_execute`` listeners (the
 bench's statement counter) still see each statement.
+
+On PostgreSQL (asyncpg's ``$n`` binds) such a statement can also be a ``Piece``, and
+``run_pieces`` runs several as ONE statement, each a data-modifying ``WITH`` part, its binds
+renumbered, and at most one ``pg_notify`` after them (``GroupCommitter``: the answer's journal
+append with the record upsert queued before it).
 """
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, cast
 
 from sqlalchemy import Connection
@@ -66,3 +73,49 @@ def run_rows(conn: Connection, sql: str, rows: Sequence[tuple[Any, ...]]) -> Non
         raw.executemany(sql, rows)  # type: ignore[union-attr]
     except sqlite3.Error as exc:
         raise DBAPIError.instance(sql, rows, exc, sqlite3.Error, dialect=conn.dialect) from exc
+
+
+_BIND = re.compile(r"\$(\d+)")
+
+
+def renumbered(sql: str, offset: int) -> str:
+    """``sql`` (``numeric_dollar``: binds ``$1``…``$n``, no other ``$``) with each bind moved up by ``offset``."""
+    return _BIND.sub(lambda m: f"${int(m[1]) + offset}", sql) if offset else sql
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A write as ONE data-modifying statement that can join others in one statement (PostgreSQL,
+    ``numeric_dollar``): ``sql`` binds ``$1``…``$n`` to ``values``; ``notify`` a ``pg_notify(channel,
+    payload)`` sent with it (delivered at commit); ``result`` what the write returns when it lands."""
+
+    sql: str
+    values: tuple[Any, ...]
+    notify: tuple[str, str] | None = None
+    result: Any = None
+
+
+# asyncpg binds at most 32767 values in one statement.
+MAX_BINDS = 32767
+
+
+def joinable(pieces: Sequence[Piece]) -> bool:
+    """Whether ``run_pieces`` can run ``pieces`` as one statement (at most one notification, bind count)."""
+    return sum(p.notify is not None for p in pieces) <= 1 and sum(len(p.values) for p in pieces) + 2 <= MAX_BINDS
+
+
+def run_pieces(conn: Connection, pieces: Sequence[Piece]) -> list[Any]:
+    """Run ``pieces`` as one statement, ``WITH w0 AS (…), w1 AS (…) SELECT pg_notify(…)`` (a data-modifying
+    ``WITH`` runs whether or not it is read; every part sees the same snapshot, and one failing fails
+    the statement: as atomic as a transaction of them); their results in order."""
+    parts: list[str] = []
+    values: list[Any] = []
+    notify: tuple[str, str] | None = None
+    for i, piece in enumerate(pieces):
+        parts.append(f"w{i} AS ({renumbered(piece.sql, len(values))})")
+        values.extend(piece.values)
+        notify = piece.notify or notify
+    n = len(values)
+    tail = "SELECT 1" if notify is None else f"SELECT pg_notify(${n + 1}, ${n + 2})"
+    conn.exec_driver_sql(f"WITH {', '.join(parts)} {tail}", (*values, *(notify or ())))
+    return [p.result for p in pieces]

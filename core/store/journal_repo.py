@@ -26,7 +26,7 @@ from core.engine.journal import EntryKind, JournalEntry
 from core.errors import Conflict, OwnershipLost, Unavailable
 from core.store.committer import GroupCommitter
 from core.store.db import create_sqlite_reader_engine, is_sqlite
-from core.store.driver_sql import driver_sql, run_rows
+from core.store.driver_sql import Piece, driver_sql, renumbered, run_rows
 from core.store.journal_tables import journal_entries
 from core.store.partition_epochs import WriteFence, claims_of, epochs_hold
 from core.store.session_tables import generations_table, sessions_table
@@ -57,6 +57,8 @@ class SqlHistoryJournal:
         self._reads: AsyncEngine = (
             db_engine if self._tail_reader is not None else db_engine.execution_options(isolation_level="AUTOCOMMIT")
         )
+        # PostgreSQL (asyncpg): an unfenced append can join other writes in one statement (``Piece``).
+        self._joins = db_engine.dialect.paramstyle == "numeric_dollar"
 
     @property
     def transactions(self) -> int:
@@ -81,8 +83,12 @@ class SqlHistoryJournal:
             run_rows(conn, _insert_sql(conn), rows)
             return True
 
+        piece = None
+        if not claims and self._joins:
+            values = tuple(v for row in rows for v in row)
+            piece = lambda conn: Piece(_rows_sql(conn, len(rows)), values, result=True)  # noqa: E731
         try:
-            written = await self._committer.run(op, one_statement=not claims)
+            written = await self._committer.run(op, one_statement=not claims, piece=piece)
         except Exception as exc:
             error = _translate(session_id, entries, exc)
             if error is exc:
@@ -238,6 +244,13 @@ def _insert_sql(conn: Connection) -> str:
     Appends run it with ``exec_driver_sql`` and tuples: no statement compiled, cached or bound
     per append (every column is a plain string or integer, so there is nothing to convert)."""
     return driver_sql(conn, "journal insert", lambda: insert(journal_entries), _ROW_COLUMNS, column_keys=_ROW_COLUMNS)
+
+
+def _rows_sql(conn: Connection, count: int) -> str:
+    """The journal's INSERT of ``count`` rows in one statement (``numeric_dollar``: a ``Piece``)."""
+    head, _, row = _insert_sql(conn).partition(" VALUES ")
+    width = len(_ROW_COLUMNS)
+    return f"{head} VALUES {', '.join(renumbered(row, i * width) for i in range(count))}"
 
 
 def _translate(session_id: str, entries: list[JournalEntry], exc: Exception) -> Exception:

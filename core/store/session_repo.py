@@ -19,7 +19,7 @@ from core.sessions.record_json import record_from_json, record_to_json
 from core.sessions.records import JsonObject, JsonValue, PlaceKind, PlaceRecord, SessionRecord, WorkspaceRecord
 from core.store.committer import GroupCommitter
 from core.store.db import json_text, upsert_insert
-from core.store.driver_sql import driver_sql, run_rows
+from core.store.driver_sql import Piece, driver_sql, run_rows
 from core.store.session_tables import generations_table, places_table, sessions_table, workspaces_table
 
 Row = dict[str, Any]
@@ -134,8 +134,10 @@ class SqlSessionRepository:
         if change.is_empty():
             return
         if self._committer is not None:
+            joins = self._joins(change)
             await self._committer.run(
-                lambda conn: self._apply(conn, change), lazy=lazy, one_statement=self._one_statement(change)
+                lambda conn: self._apply(conn, change), lazy=lazy, one_statement=joins,
+                piece=(lambda conn: self._piece(conn, change)) if joins else None,
             )
             return
         async with self._db_engine.begin() as conn:
@@ -146,9 +148,13 @@ class SqlSessionRepository:
         if self._committer is not None:
             self._committer.hurry()
 
-    def _one_statement(self, change: StoreChange) -> bool:
-        """Whether ``_apply`` writes ``change`` in one statement (``GroupCommitter.run(one_statement=...)``)."""
+    def _joins(self, change: StoreChange) -> bool:
+        """Whether ``_apply`` writes ``change`` in one statement that ``_piece`` gives as a ``Piece`` (it can
+        join other writes in one statement: ``GroupCommitter.run(piece=...)``)."""
         return False
+
+    def _piece(self, conn: Connection, change: StoreChange) -> Piece:
+        raise NotImplementedError  # only when ``_joins``
 
     def _apply(self, conn: Connection, change: StoreChange) -> None:
         self._delete(conn, sessions_table, "id", change.deleted_sessions)

@@ -1,0 +1,95 @@
+"""A turn's answer appended to the journal with the lazy record upsert queued before it: on PostgreSQL
+one statement (no BEGIN/COMMIT), as atomic and as failing alone as their group transaction."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import replace
+from typing import Any
+
+from sqlalchemy import event, select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+import core.store.journal_tables  # noqa: F401 - registers the journal table on the metadata
+from core.engine.journal import EntryKind, JournalEntry
+from core.errors import Conflict
+from core.sessions.ports import StoreChange
+from core.sessions.records import SessionRecord
+from core.store.change_feed import CHANNEL, NotifyingSessionRepository
+from core.store.committer import GroupCommitter
+from core.store.journal_repo import SqlHistoryJournal
+from core.store.session_tables import sessions_table
+from tests.waiting import wait_for
+
+
+def _entry(seq: int) -> JournalEntry:
+    return JournalEntry(seq=seq, kind=EntryKind.NOTICE, at="2025-01-01T00:00:00+00:00", payload={"n": seq})
+
+
+async def _status(engine: AsyncEngine, session_id: str) -> str | None:
+    async with engine.connect() as conn:
+        row = (await conn.execute(select(sessions_table.c.status).where(sessions_table.c.id == session_id))).first()
+    return None if row is None else str(row[0])
+
+
+async def test_an_answer_and_the_lazy_record_write_before_it_commit_together_and_a_taken_seq_fails_alone(
+    engine: AsyncEngine,
+) -> None:
+    postgres = engine.dialect.name == "postgresql"
+    statements: list[str] = []
+
+    def counted(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        statements.append(statement)
+
+    heard: list[str] = []
+    listener: Any = None
+    if postgres:
+        import asyncpg  # type: ignore[import-untyped]
+
+        listener = await asyncpg.connect(engine.url.set(drivername="postgresql").render_as_string(hide_password=False))
+        await listener.add_listener(CHANNEL, lambda _c, _p, _ch, payload: heard.append(payload))
+    committer = GroupCommitter(engine)
+    journal = SqlHistoryJournal(engine, committer=committer)
+    repository = NotifyingSessionRepository(engine, committer, origin="test")
+    sid = f"s-{uuid.uuid4().hex[:10]}"
+    record = SessionRecord(id=sid, created_at=1.0, updated_at=2.0, status="running")
+    await repository.apply(StoreChange(sessions=(record,)))
+    await journal.append(sid, [_entry(0)])
+    event.listen(engine.sync_engine, "before_cursor_execute", counted)
+    try:
+        # The turn_started upsert waits for company (lazy); the answer's append joins its batch.
+        await asyncio.gather(
+            repository.apply(StoreChange(sessions=(replace(record, status="waiting"),)), lazy=True),
+            journal.append(sid, [_entry(1), _entry(2)]),
+        )
+        writes = list(statements)
+        assert [e.seq for e in await journal.load(sid)] == [0, 1, 2]
+        assert await _status(engine, sid) == "waiting"
+        if postgres:
+            # ONE statement: the two journal rows, the upsert and its notification (no BEGIN/COMMIT).
+            assert len(writes) == 1 and writes[0].startswith("WITH ")
+            assert "journal_entries" in writes[0] and "pg_notify" in writes[0]
+            await wait_for(lambda: heard, what="the record's notification")
+            assert sid in heard[-1]
+
+        # A taken seq fails the joined statement: the append raises Conflict, nothing of it is written,
+        # and the record write queued with it is retried alone and lands (and notifies).
+        heard.clear()
+        statements.clear()
+        written, refused = await asyncio.gather(
+            repository.apply(StoreChange(sessions=(replace(record, status="idle"),)), lazy=True),
+            journal.append(sid, [_entry(3), _entry(2)]), return_exceptions=True,
+        )
+        assert written is None and isinstance(refused, Conflict)
+        assert [e.seq for e in await journal.load(sid)] == [0, 1, 2]
+        assert await _status(engine, sid) == "idle"
+        if postgres:
+            assert statements[0].startswith("WITH ")  # it was tried joined first
+            await wait_for(lambda: heard, what="the retried record's notification")
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", counted)
+        await committer.aclose()
+        if listener is not None:
+            await listener.close()
+
