@@ -44,7 +44,7 @@ from core.errors import OwnershipLost
 from core.inbox import DONE, DROPPED, STAGED, StagedMessage
 from core.store.committer import GroupCommitter
 from core.store.db import metadata, upsert_insert
-from core.store.driver_sql import driver_sql, run_rows
+from core.store.driver_sql import driver_sql, renumbered, run_rows
 from core.store.partition_epochs import WriteFence, claims_of, epochs_hold
 
 log = logging.getLogger(__name__)
@@ -303,12 +303,8 @@ def _repeat_values(one_row: str, rows: int) -> str:
         raise RuntimeError(f"inbox stage: unexpected statement shape {one_row!r}")
     if numbered[0] is None:  # qmark
         groups = [f"({group})"] * rows
-    else:
-        first = int(numbered[0])
-        groups = [
-            "(" + _PLACEHOLDER.sub(lambda m, k=k: f"${int(m[1]) - first + 1 + k * width}", group) + ")"  # type: ignore[misc]
-            for k in range(rows)
-        ]
+    else:  # numeric_dollar: group k binds the k-th row's values
+        groups = [f"({renumbered(group, k * width - int(numbered[0]) + 1)})" for k in range(rows)]
     return f"{head} VALUES {', '.join(groups)} ON CONFLICT {tail}"
 
 
