@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from consumers.backoff import compute_backoff_s
+from consumers.deadline import Deadline
 from consumers.publisher import Publisher
 from core.store.inbox import DONE, SqlInbox, StagedMessage
 
@@ -39,7 +40,10 @@ class TurnFinisher:
         self._inbox = inbox
         self._on_done = on_done
         self._tasks: set[asyncio.Task[None]] = set()
-        self._settling: set[_Settling] = set()
+        # Messages whose futures are still pending, oldest first (their timeouts end in this order).
+        self._settling: dict[_Settling, None] = {}
+        # ``settle``'s timeout of the oldest of them: one timer kept across messages (consumers/deadline.py).
+        self._deadline = Deadline()
 
     @property
     def busy(self) -> bool:
@@ -62,7 +66,22 @@ class TurnFinisher:
         if not pending:
             self._settled(staged, unsettled, behind, republish)
             return
-        self._settling.add(_Settling(self, staged, unsettled, behind, republish, pending))
+        settling = _Settling(self, staged, unsettled, behind, republish, pending)
+        self._settling[settling] = None
+        if len(self._settling) == 1:
+            self._deadline.start_at(settling.due, self._oldest_timed_out)
+
+    def _oldest_timed_out(self) -> None:
+        next(iter(self._settling))._timed_out()  # its ``_end`` starts the deadline of the next one
+
+    def _ended(self, settling: _Settling) -> None:
+        """``settling`` is handed on (finished, or retried in a task): the next oldest's timeout runs."""
+        self._settling.pop(settling, None)
+        oldest = next(iter(self._settling), None)
+        if oldest is None:
+            self._deadline.stop()
+        else:
+            self._deadline.start_at(oldest.due, self._oldest_timed_out)
 
     def _settled(
         self,
@@ -133,7 +152,7 @@ class TurnFinisher:
 class _Settling:
     """One message's futures still pending, counted down by done-callbacks (``TurnFinisher.spawn``)."""
 
-    __slots__ = ("_behind", "_finisher", "_left", "_over", "_republish", "_staged", "_timer", "_unsettled", "_waiters")
+    __slots__ = ("_behind", "_finisher", "_left", "_over", "_republish", "_staged", "_unsettled", "_waiters", "due")
 
     def __init__(
         self,
@@ -152,7 +171,7 @@ class _Settling:
         self._left = len(pending)
         self._over = False
         self._waiters: list[asyncio.Future[None]] = []
-        self._timer = asyncio.get_running_loop().call_later(finisher._pub.timeout_s, self._timed_out)
+        self.due = asyncio.get_running_loop().time() + finisher._pub.timeout_s  # ``settle``'s timeout
         for future in pending:
             future.add_done_callback(self._one_done)
 
@@ -185,8 +204,7 @@ class _Settling:
 
     def _end(self) -> None:
         self._over = True
-        self._timer.cancel()
-        self._finisher._settling.discard(self)
+        self._finisher._ended(self)
         for waiter in self._waiters:
             if not waiter.done():
                 waiter.set_result(None)
