@@ -64,7 +64,6 @@ class CheckpointChain:
         if self._metrics is not None:
             self._metrics.checkpoint_bytes.observe(len(payload))
             self._sent_at = time.monotonic()
-        acked.add_done_callback(_retrieve)
         self._inflight = (acked, self.seq)
         if barrier:
             await self.settle()
@@ -116,12 +115,11 @@ class CheckpointChain:
         return timed_out
 
     def _drop_inflight(self) -> None:
+        """A dropped checkpoint's failure is not an error of its own (the reload handles it): a pending
+        ack is cancelled, a failed one retrieved (no "exception never retrieved" at collection). One
+        that fails after a settle gave up on it is retrieved by the publisher (``StreamAcks._fail``)."""
         if self._inflight is not None:
-            self._inflight[0].cancel()
+            acked = self._inflight[0]
+            if not acked.cancel() and not acked.cancelled():
+                acked.exception()
             self._inflight = None
-
-
-def _retrieve(future: asyncio.Future[int]) -> None:
-    """A dropped checkpoint's failure is not an error of its own (the reload handles it)."""
-    if not future.cancelled():
-        future.exception()

@@ -59,8 +59,8 @@ class TurnFinisher:
     ) -> None:
         """Finish ``staged`` once ``behind`` writes landed and ``unsettled`` publishes were acked.
 
-        The usual case (every ack in, every write landed) needs no task: a done-callback on each
-        future still pending counts them down, and one timer stands for ``settle``'s timeout.
+        The usual case (every ack in, every write landed) needs no task: a done-callback on the
+        futures still pending, one at a time, and the finisher's ``Deadline`` for ``settle``'s timeout.
         A refused or missing ack hands over to a task that republishes."""
         pending = [f for f in (*behind, *unsettled) if not f.done()]
         if not pending:
@@ -152,7 +152,7 @@ class TurnFinisher:
 class _Settling:
     """One message's futures still pending, counted down by done-callbacks (``TurnFinisher.spawn``)."""
 
-    __slots__ = ("_behind", "_finisher", "_left", "_over", "_republish", "_staged", "_unsettled", "_waiters", "due")
+    __slots__ = ("_behind", "_finisher", "_over", "_pending", "_republish", "_staged", "_unsettled", "_waiters", "due")
 
     def __init__(
         self,
@@ -168,12 +168,14 @@ class _Settling:
         self._unsettled = unsettled
         self._behind = behind
         self._republish = republish
-        self._left = len(pending)
+        # Watched one at a time, the last first: acks read off the connection together are all done
+        # by the time the first watched one's callback runs, so a message costs one or two callbacks
+        # rather than one per future.
+        self._pending = pending
         self._over = False
         self._waiters: list[asyncio.Future[None]] = []
         self.due = asyncio.get_running_loop().time() + finisher._pub.timeout_s  # ``settle``'s timeout
-        for future in pending:
-            future.add_done_callback(self._one_done)
+        pending[-1].add_done_callback(self._one_done)
 
     def done(self) -> asyncio.Future[None]:
         """A future that settles when this message is handed on (finished or retried in a task)."""
@@ -182,9 +184,14 @@ class _Settling:
         return waiter
 
     def _one_done(self, _future: asyncio.Future[Any]) -> None:
-        self._left -= 1
-        if self._left or self._over:
+        if self._over:
             return
+        pending = self._pending
+        while pending:
+            if not pending[-1].done():
+                pending[-1].add_done_callback(self._one_done)
+                return
+            pending.pop()
         self._end()
         self._finisher._settled(self._staged, self._unsettled, self._behind, self._republish)
 

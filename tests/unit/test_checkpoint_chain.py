@@ -144,3 +144,4 @@ async def test_waiting_for_the_acks_of_many_checkpoints_arms_no_timer_per_wait()
             await settling
     assert chain.seq == 300
     assert timers.armed <= 2, timers.armed
+
