@@ -23,15 +23,16 @@ is stopped by ``release_sessions`` instead, and the new owner replays them).
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from consumers.admission import WorkAdmission
+from consumers.deadline import Deadline
 from consumers.retry_policy import OwnershipLost
 from consumers.turn_runner import TurnRunner
 from core.engine.policy import MidTurnAction
@@ -41,8 +42,6 @@ from schemas.wire import InboundMessage
 
 log = logging.getLogger(__name__)
 
-COMMAND_PRIORITY = 0
-MESSAGE_PRIORITY = 1
 # How long a deletion waits for the session's running item to stop before it clears anyway
 # (a write stuck in the store); what the item writes later stays in its old generation.
 STOP_WAIT_S = 10.0
@@ -77,7 +76,92 @@ class Command:
     result: asyncio.Future[Any]
 
 
-Item = tuple[int, int, Work | Command]
+Item = Work | Command
+
+
+class Mailbox:
+    """An actor's queue: commands before messages, arrival order within each; its one consumer waits
+    with an idle deadline.
+
+    In place of an ``asyncio.PriorityQueue`` and an ``asyncio.timeout`` around each wait: a message
+    that finds its actor waiting (paced traffic: every one) cost a getter future, a heap push and pop,
+    and a timer armed and cancelled. Here a wait is on one event, and the idle deadline one timer
+    kept across waits (``consumers/deadline.py``).
+    ``task_done``/``join`` count unfinished items as ``asyncio.Queue`` does.
+    """
+
+    def __init__(self) -> None:
+        self._commands: deque[Command] = deque()
+        self._messages: deque[Work] = deque()
+        self._ready = asyncio.Event()  # set by a put, or once the wait's deadline has passed
+        self._deadline = Deadline()
+        self._unfinished = 0
+        self._finished = asyncio.Event()
+        self._finished.set()
+
+    def empty(self) -> bool:
+        return not (self._commands or self._messages)
+
+    def qsize(self) -> int:
+        return len(self._commands) + len(self._messages)
+
+    def put(self, item: Item) -> None:
+        """Queue ``item`` behind the others of its kind."""
+        if isinstance(item, Command):
+            self._commands.append(item)
+        else:
+            self._messages.append(item)
+        self._added()
+
+    def put_back(self, item: Item) -> None:
+        """Queue ``item`` (just taken) again in its place: ahead of the others of its kind."""
+        if isinstance(item, Command):
+            self._commands.appendleft(item)
+        else:
+            self._messages.appendleft(item)
+        self._added()
+
+    def _added(self) -> None:
+        self._unfinished += 1
+        self._finished.clear()
+        self._ready.set()
+
+    def get_nowait(self) -> Item:
+        """The next item: a command first; IndexError when empty."""
+        return self._commands.popleft() if self._commands else self._messages.popleft()
+
+    def take_all(self) -> list[Item]:
+        """Every queued item, in serving order (each still to be marked ``task_done``)."""
+        items: list[Item] = [*self._commands, *self._messages]
+        self._commands.clear()
+        self._messages.clear()
+        return items
+
+    async def wait(self, timeout_s: float) -> bool:
+        """Wait until an item is queued; False when ``timeout_s`` passed with none."""
+        if not self.empty():
+            return True
+        self._ready.clear()
+        self._deadline.start(timeout_s, self._ready.set)
+        try:
+            await self._ready.wait()
+        finally:
+            self._deadline.stop()
+        return not self.empty()
+
+    def stop_timer(self) -> None:
+        """Its actor ends: its idle timer goes (an armed one would keep the mailbox until it fires)."""
+        self._deadline.close()
+
+    def task_done(self) -> None:
+        self._unfinished -= 1
+        if self._unfinished <= 0:
+            self._unfinished = 0
+            self._finished.set()
+
+    async def join(self) -> None:
+        """Wait until every item put has been marked ``task_done``."""
+        await self._finished.wait()
 
 
 class OwnershipFence(Protocol):
@@ -100,7 +184,7 @@ class SessionActor:
     runner: TurnRunner
     idle_s: float
     on_exit: Callable[[SessionActor], None]
-    mailbox: asyncio.PriorityQueue[Item] = field(default_factory=asyncio.PriorityQueue)
+    mailbox: Mailbox = field(default_factory=Mailbox)
     task: asyncio.Task[None] | None = None
     busy: bool = False
     # Awaited before every item: returns once no deletion holds the session.
@@ -112,7 +196,6 @@ class SessionActor:
     # loaded sessions and this actor should end now rather than after ``idle_s``.
     retire: Callable[[SessionActor], bool] | None = None
     fence: OwnershipFence | None = None
-    order: Callable[[], int] | None = None  # the registry's mailbox order (replayed items are queued anew)
     retire_retry_s: float = RETIRE_RETRY_S
     # Told whenever it waits on an empty mailbox: the session holds no work now (admission).
     drained: Callable[[SessionActor], None] | None = None
@@ -168,31 +251,29 @@ class SessionActor:
                     if self.mailbox.empty():
                         if self.drained is not None:
                             self.drained(self)
-                        # ``asyncio.timeout`` rather than ``wait_for``: no task, future and timer per item.
-                        async with asyncio.timeout(self.retire_retry_s if retiring else self.idle_s):
-                            priority, order, item = await self.mailbox.get()
+                        queued = await self.mailbox.wait(self.retire_retry_s if retiring else self.idle_s)
                     else:
-                        priority, order, item = self.mailbox.get_nowait()
-                except TimeoutError:
-                    if self.mailbox.empty():
-                        if not retiring:
-                            if self.runner.can_unload():
-                                return
-                            # Idle, but an item is still landing or a reply is unconfirmed (reply order):
-                            # unloading would forget it, so stay and ask again after another idle wait.
-                            continue
-                        now = self._retire_now()
-                        if now:
-                            return
-                        retiring = now is False
-                    continue
+                        queued = True
                 finally:
                     self.waiting = False
+                if not queued:  # the idle (or retiring) wait is over with nothing queued
+                    if not retiring:
+                        if self.runner.can_unload():
+                            return
+                        # Idle, but an item is still landing or a reply is unconfirmed (reply order):
+                        # unloading would forget it, so stay and ask again after another idle wait.
+                        continue
+                    now = self._retire_now()
+                    if now:
+                        return
+                    retiring = now is False
+                    continue
+                item = self.mailbox.get_nowait()
                 retiring = False
                 await self._released(item)
                 # Messages only: a command is routed here by ownership already and never waits on it.
                 if self.fence is not None and isinstance(item, Work) and not self.fence.owns(self.session_id):
-                    self.mailbox.put_nowait((priority, order, item))  # still staged: replayed in its place
+                    self.mailbox.put_back(item)  # still staged: replayed in its place
                     self.mailbox.task_done()
                     await self._replay_when_ours()
                     continue
@@ -221,7 +302,7 @@ class SessionActor:
                     if isinstance(item, Work) and not handled:
                         # Not even dead-lettered (the broker is away): served again, still ahead
                         # of the session's later messages (its place in the mailbox is kept).
-                        self.mailbox.put_nowait((priority, order, item))
+                        self.mailbox.put_back(item)
                 finally:
                     self.busy = False
                     self.idle.set()
@@ -238,6 +319,7 @@ class SessionActor:
                         return
                     retiring = now is False  # e.g. its reply not yet confirmed stored: look again shortly
         finally:
+            self.mailbox.stop_timer()
             self.idle.set()
             self.on_exit(self)
 
@@ -245,7 +327,7 @@ class SessionActor:
         """Ownership in doubt: wait until the session is ours again, then queue its staged messages in
         staging order ahead of anything that arrived meanwhile (a message staged after the inbox was
         read stays in its place behind them). The hand-over of a moved partition cancels the wait."""
-        assert self.fence is not None and self.order is not None
+        assert self.fence is not None
         log.warning("session %s: ownership in doubt; serving nothing of it until it is ours again", self.session_id)
         self.runner.unload()  # restored from the last checkpoint: another process may have written meanwhile
         await self.runner.wait_finished()  # finished messages are marked before the inbox is read
@@ -256,17 +338,16 @@ class SessionActor:
             except Exception as exc:  # the inbox unreadable: serving anything now could break the order
                 log.warning("session %s: reading its staged messages failed (%r); retrying", self.session_id, exc)
                 await asyncio.sleep(REPLAY_RETRY_S)
-        queued: list[Item] = []
-        while not self.mailbox.empty():
-            queued.append(self.mailbox.get_nowait())
+        queued = self.mailbox.take_all()
+        for _ in queued:
             self.mailbox.task_done()
-        waiting = {i.staged.key: i for _, _, i in queued if isinstance(i, Work)}
+        waiting: dict[tuple[str, str], Work] = {i.staged.key: i for i in queued if isinstance(i, Work)}
         for message, inbound in staged:
-            work = waiting.pop(message.key, None) or Work(message, inbound)
-            self.mailbox.put_nowait((MESSAGE_PRIORITY, self.order(), work))
-        for priority, order, item in sorted(queued, key=lambda q: (q[0], q[1])):
+            work = waiting.pop(message.key, None)
+            self.mailbox.put(work if work is not None else Work(message, inbound))
+        for item in queued:  # commands keep their place ahead of every message
             if isinstance(item, Command) or item.staged.key in waiting:
-                self.mailbox.put_nowait((priority, order if isinstance(item, Command) else self.order(), item))
+                self.mailbox.put(item)
         log.info("session %s: ours again; %d staged messages replayed in order", self.session_id, len(staged))
 
     async def _serve(self, command: Command) -> None:
@@ -314,7 +395,6 @@ class ActorRegistry:
         self._max_loaded = max_loaded
         self._retire_retry_s = retire_retry_s
         self._actors: dict[str, SessionActor] = {}  # least recently used first
-        self._order = itertools.count()
         self._closing = False
         self._holds: dict[str, list[asyncio.Event]] = {}
         self.fence: OwnershipFence | None = None  # partitioned: set once the partitions' owner is built
@@ -326,9 +406,6 @@ class ActorRegistry:
         """Items waiting in all mailboxes (metrics)."""
         return sum(actor.mailbox.qsize() for actor in self._actors.values())
 
-    def _next_order(self) -> int:
-        return next(self._order)
-
     def get(self, session_id: str) -> SessionActor | None:
         return self._actors.get(session_id)
 
@@ -337,7 +414,7 @@ class ActorRegistry:
         if actor is None or actor.task is None or actor.task.done():
             actor = SessionActor(
                 session_id, self._make_runner(session_id), self._idle_s, self._forget, held=self._held,
-                retire=self._retire, fence=self.fence, order=self._next_order, retire_retry_s=self._retire_retry_s,
+                retire=self._retire, fence=self.fence, retire_retry_s=self._retire_retry_s,
                 drained=self._drained,
             )
             self._actors[session_id] = actor
@@ -377,7 +454,7 @@ class ActorRegistry:
         if actor.runner.notice_arrival(inbound, busy=actor.busy) is MidTurnAction.REJECT:
             await actor.runner.reject(staged, inbound)
             return
-        actor.mailbox.put_nowait((MESSAGE_PRIORITY, next(self._order), Work(staged, inbound)))
+        actor.mailbox.put(Work(staged, inbound))
         self.admission.working(actor.session_id)
 
     async def deliver_when_room(self, staged: StagedMessage, inbound: InboundMessage) -> None:
@@ -396,7 +473,7 @@ class ActorRegistry:
             raise Unavailable("the service is shutting down")
         actor = self._actor(session_id)
         result: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        actor.mailbox.put_nowait((COMMAND_PRIORITY, next(self._order), Command(name, run, result)))
+        actor.mailbox.put(Command(name, run, result))
         self.admission.working(session_id)  # counted, never made to wait: a command is not inbound work
         # Shielded: a caller that gives up does not cancel the command half-way.
         return await asyncio.shield(result)
@@ -422,7 +499,7 @@ class ActorRegistry:
         if not actor.mailbox.empty() and not self._closing:
             fresh = SessionActor(
                 actor.session_id, actor.runner, self._idle_s, self._forget, held=self._held, retire=self._retire,
-                fence=self.fence, order=self._next_order, retire_retry_s=self._retire_retry_s, drained=self._drained,
+                fence=self.fence, retire_retry_s=self._retire_retry_s, drained=self._drained,
             )
             fresh.mailbox = actor.mailbox
             self._actors[actor.session_id] = fresh
@@ -487,8 +564,7 @@ class ActorRegistry:
         actors = [a for sid, a in list(self._actors.items()) if owned_elsewhere(sid)]
         for a in actors:
             a.stopping = True
-            while not a.mailbox.empty():
-                _, _, item = a.mailbox.get_nowait()
+            for item in a.mailbox.take_all():
                 if isinstance(item, Command) and not item.result.done():
                     item.result.set_exception(Unavailable("this session moved to another process"))
                 a.mailbox.task_done()
@@ -530,8 +606,7 @@ class ActorRegistry:
         actors = list(self._actors.values())
         for a in actors:
             a.stopping = True
-            while not a.mailbox.empty():
-                _, _, item = a.mailbox.get_nowait()
+            for item in a.mailbox.take_all():
                 if isinstance(item, Command) and not item.result.done():
                     item.result.set_exception(Unavailable("the service is shutting down"))
                 a.mailbox.task_done()

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from consumers.backoff import compute_backoff_s
+from consumers.deadline import Deadline
 from consumers.publisher import Publisher
 from core.store.inbox import DONE, SqlInbox, StagedMessage
 
@@ -39,7 +40,10 @@ class TurnFinisher:
         self._inbox = inbox
         self._on_done = on_done
         self._tasks: set[asyncio.Task[None]] = set()
-        self._settling: set[_Settling] = set()
+        # Messages whose futures are still pending, oldest first (their timeouts end in this order).
+        self._settling: dict[_Settling, None] = {}
+        # ``settle``'s timeout of the oldest of them: one timer kept across messages (consumers/deadline.py).
+        self._deadline = Deadline()
 
     @property
     def busy(self) -> bool:
@@ -55,14 +59,29 @@ class TurnFinisher:
     ) -> None:
         """Finish ``staged`` once ``behind`` writes landed and ``unsettled`` publishes were acked.
 
-        The usual case (every ack in, every write landed) needs no task: a done-callback on each
-        future still pending counts them down, and one timer stands for ``settle``'s timeout.
+        The usual case (every ack in, every write landed) needs no task: a done-callback on the
+        futures still pending, one at a time, and the finisher's ``Deadline`` for ``settle``'s timeout.
         A refused or missing ack hands over to a task that republishes."""
         pending = [f for f in (*behind, *unsettled) if not f.done()]
         if not pending:
             self._settled(staged, unsettled, behind, republish)
             return
-        self._settling.add(_Settling(self, staged, unsettled, behind, republish, pending))
+        settling = _Settling(self, staged, unsettled, behind, republish, pending)
+        self._settling[settling] = None
+        if len(self._settling) == 1:
+            self._deadline.start_at(settling.due, self._oldest_timed_out)
+
+    def _oldest_timed_out(self) -> None:
+        next(iter(self._settling))._timed_out()  # its ``_end`` starts the deadline of the next one
+
+    def _ended(self, settling: _Settling) -> None:
+        """``settling`` is handed on (finished, or retried in a task): the next oldest's timeout runs."""
+        self._settling.pop(settling, None)
+        oldest = next(iter(self._settling), None)
+        if oldest is None:
+            self._deadline.stop()
+        else:
+            self._deadline.start_at(oldest.due, self._oldest_timed_out)
 
     def _settled(
         self,
@@ -133,7 +152,7 @@ class TurnFinisher:
 class _Settling:
     """One message's futures still pending, counted down by done-callbacks (``TurnFinisher.spawn``)."""
 
-    __slots__ = ("_behind", "_finisher", "_left", "_over", "_republish", "_staged", "_timer", "_unsettled", "_waiters")
+    __slots__ = ("_behind", "_finisher", "_over", "_pending", "_republish", "_staged", "_unsettled", "_waiters", "due")
 
     def __init__(
         self,
@@ -149,12 +168,14 @@ class _Settling:
         self._unsettled = unsettled
         self._behind = behind
         self._republish = republish
-        self._left = len(pending)
+        # Watched one at a time, the last first: acks read off the connection together are all done
+        # by the time the first watched one's callback runs, so a message costs one or two callbacks
+        # rather than one per future.
+        self._pending = pending
         self._over = False
         self._waiters: list[asyncio.Future[None]] = []
-        self._timer = asyncio.get_running_loop().call_later(finisher._pub.timeout_s, self._timed_out)
-        for future in pending:
-            future.add_done_callback(self._one_done)
+        self.due = asyncio.get_running_loop().time() + finisher._pub.timeout_s  # ``settle``'s timeout
+        pending[-1].add_done_callback(self._one_done)
 
     def done(self) -> asyncio.Future[None]:
         """A future that settles when this message is handed on (finished or retried in a task)."""
@@ -163,9 +184,14 @@ class _Settling:
         return waiter
 
     def _one_done(self, _future: asyncio.Future[Any]) -> None:
-        self._left -= 1
-        if self._left or self._over:
+        if self._over:
             return
+        pending = self._pending
+        while pending:
+            if not pending[-1].done():
+                pending[-1].add_done_callback(self._one_done)
+                return
+            pending.pop()
         self._end()
         self._finisher._settled(self._staged, self._unsettled, self._behind, self._republish)
 
@@ -185,8 +211,7 @@ class _Settling:
 
     def _end(self) -> None:
         self._over = True
-        self._timer.cancel()
-        self._finisher._settling.discard(self)
+        self._finisher._ended(self)
         for waiter in self._waiters:
             if not waiter.done():
                 waiter.set_result(None)

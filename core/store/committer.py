@@ -45,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -112,7 +113,10 @@ class GroupCommitter:
         # With synchronous=FULL every commit fsyncs: those run in the thread, never on the loop.
         self._inline = sqlite_synchronous == "NORMAL"
         self._max_batch_ops = max_batch_ops
-        self._queue: asyncio.Queue[_Queued | object | None] | None = None
+        # What the writer takes next (a deque and an event for its one consumer: no ``asyncio.Queue``
+        # put/get and getter future per write, no ``asyncio.timeout`` per wait for company).
+        self._queue: deque[_Queued | object | None] | None = None
+        self._queued = asyncio.Event()  # set by every put (and by the lazy wait's timer)
         self._writer: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._sync_engine: Engine | None = None
@@ -146,7 +150,8 @@ class GroupCommitter:
         """
         queue = self._ensure_writer()
         done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        queue.put_nowait(_Queued(op, done, lazy, one_statement or piece is not None, piece))
+        queue.append(_Queued(op, done, lazy, one_statement or piece is not None, piece))
+        self._queued.set()
         # A cancelled caller cancels only its own future: the queued op still runs in the next
         # group transaction (the writer never looks at the future before it settles it).
         result: T = await done
@@ -155,12 +160,14 @@ class GroupCommitter:
     def hurry(self) -> None:
         """Commit the lazy writes waiting for company now (someone waits for one of them)."""
         if self._queue is not None and self._writer is not None and not self._writer.done():
-            self._queue.put_nowait(_HURRY)
+            self._queue.append(_HURRY)
+            self._queued.set()
 
-    def _ensure_writer(self) -> asyncio.Queue[_Queued | object | None]:
+    def _ensure_writer(self) -> deque[_Queued | object | None]:
         loop = asyncio.get_running_loop()
         if self._queue is None or self._writer is None or self._writer.done() or self._loop is not loop:
-            self._queue = asyncio.Queue()
+            self._queue = deque()
+            self._queued = asyncio.Event()
             self._loop = loop
             self._writer = loop.create_task(self._run(self._queue), name="group-commit")
         return self._queue
@@ -170,7 +177,8 @@ class GroupCommitter:
         writer = self._writer
         on_its_loop = self._loop is asyncio.get_running_loop()
         if writer is not None and self._queue is not None and on_its_loop and not writer.done():
-            self._queue.put_nowait(None)
+            self._queue.append(None)
+            self._queued.set()
             await writer
         self._writer = None
         self._queue = None
@@ -185,10 +193,15 @@ class GroupCommitter:
             self._checkpoint_thread.shutdown(wait=True)  # a checkpoint under way finishes first
             self._checkpoint_thread = None
 
-    async def _run(self, queue: asyncio.Queue[_Queued | object | None]) -> None:
+    async def _run(self, queue: deque[_Queued | object | None]) -> None:
+        queued = self._queued
+        loop = asyncio.get_running_loop()
         stopping = False
         while not stopping:
-            item: _Queued | object | None = await queue.get()
+            while not queue:
+                queued.clear()
+                await queued.wait()
+            item = queue.popleft()
             batch: list[_Queued] = []
             waited_for = False  # someone waits for a write of the batch (or hurried): commit now
             waited = False  # lazy writes wait for company once per batch, at most lazy_wait_s
@@ -203,19 +216,22 @@ class GroupCommitter:
                     waited_for = True
                 if len(batch) >= self._max_batch_ops:
                     break
-                if not queue.empty():
-                    item = queue.get_nowait()
+                if queue:
+                    item = queue.popleft()
                     continue
                 if waited_for or waited or not batch:
                     break
                 waited = True
+                # Cancelled (the writer stopped), the wait leaves what is queued in the queue.
+                queued.clear()
+                timer = loop.call_later(self._lazy_wait_s, queued.set)
                 try:
-                    # A cancelled get leaves its item queued: it comes first in the next batch.
-                    # ``asyncio.timeout``, not ``wait_for``: no task wrapped around each wait.
-                    async with asyncio.timeout(self._lazy_wait_s):
-                        item = await queue.get()
-                except TimeoutError:
-                    break
+                    await queued.wait()
+                finally:
+                    timer.cancel()
+                if not queue:
+                    break  # the wait is over without company
+                item = queue.popleft()
             if batch:
                 await self._commit(batch)
 

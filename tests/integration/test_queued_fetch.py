@@ -3,9 +3,7 @@ subscription's queue without a task per message, in stream order, and times out 
 
 from __future__ import annotations
 
-import asyncio
 import uuid
-from collections.abc import Coroutine, Generator
 from typing import Any
 
 import nats.errors
@@ -13,6 +11,7 @@ import pytest
 from nats.aio.client import Client
 
 from consumers.queued_fetch import take_queued_first
+from tests.loop_counts import TaskCount
 
 
 async def _pull(nc: Client, count: int) -> Any:
@@ -24,28 +23,6 @@ async def _pull(nc: Client, count: int) -> Any:
     psub = await js.pull_subscribe(f"{name}.>", durable="reader", stream=name)
     take_queued_first(psub._sub)
     return psub
-
-
-class TaskCount:
-    """Counts the tasks the running loop creates while installed."""
-
-    def __init__(self) -> None:
-        self.created = 0
-        self._loop = asyncio.get_running_loop()
-        self._previous = self._loop.get_task_factory()
-
-    def __enter__(self) -> TaskCount:
-        def factory(
-            loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any] | Generator[Any, None, Any], **kwargs: Any
-        ) -> asyncio.Task[Any]:
-            self.created += 1
-            return asyncio.Task(coro, loop=loop, **kwargs)
-
-        self._loop.set_task_factory(factory)  # type: ignore[arg-type]
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._loop.set_task_factory(self._previous)
 
 
 async def test_a_fetched_batch_is_read_in_order_without_a_task_per_message(nc: Client) -> None:

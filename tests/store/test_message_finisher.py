@@ -17,6 +17,7 @@ from core.store.committer import GroupCommitter
 from core.store.db import metadata
 from core.store.inbox import DONE, STAGED, SqlInbox, StagedMessage
 from schemas.subjects import Subjects
+from tests.loop_counts import TimerCount
 from tests.waiting import wait_for
 
 ACK_TIMEOUT_S = 0.2
@@ -126,3 +127,48 @@ async def test_a_message_whose_acks_never_come_stays_staged(inbox: SqlInbox) -> 
     finisher.spawn(staged("m4"), [ack], [], never_acked)
     await wait_for(lambda: len(calls) >= 2, what="two republishes")
     assert done == [] and finisher.busy and await inbox.status_of("cli", "m4") == STAGED
+
+
+async def test_messages_whose_acks_never_come_are_each_given_up_after_their_own_timeout(inbox: SqlInbox) -> None:
+    # MQ-8: several messages settling at once share one timeout timer; each is still given up (its
+    # missing ack cancelled, republished) once ITS timeout passes, oldest first, and one that is
+    # acknowledged meanwhile is finished without a republish.
+    await inbox.stage([staged("m5"), staged("m6"), staged("m7")])
+    done: list[str] = []
+    finisher = finisher_of(inbox, done)
+    loop = asyncio.get_running_loop()
+    acks = {mid: loop.create_future() for mid in ("m5", "m6", "m7")}
+    republished: list[str] = []
+
+    def republish_of(mid: str) -> Any:
+        async def republish(unsettled: list[asyncio.Future[Any]]) -> None:
+            republished.append(mid)
+            future: asyncio.Future[Any] = loop.create_future()
+            future.set_result(7)
+            unsettled.append(future)
+
+        return republish
+
+    for mid, ack in acks.items():
+        finisher.spawn(staged(mid), [ack], [], republish_of(mid))
+    acks["m5"].set_result(1)  # the oldest is acknowledged: the others' timeouts still run
+    await wait_for(lambda: sorted(done) == ["m5", "m6", "m7"], what="every message finished")
+    assert republished == ["m6", "m7"]
+    assert acks["m6"].cancelled() and acks["m7"].cancelled()
+    await finisher.wait()
+    assert not finisher.busy
+
+
+async def test_finishing_messages_one_after_another_arms_no_timer_per_message(inbox: SqlInbox) -> None:
+    # A served message's ack timeout is one timer kept across messages (consumers/deadline.py).
+    done: list[str] = []
+    finisher = finisher_of(inbox, done)
+    loop = asyncio.get_running_loop()
+    with TimerCount() as timers:
+        for i in range(30):
+            ack: asyncio.Future[Any] = loop.create_future()
+            finisher.spawn(staged(f"n{i}"), [ack], [], Republishes())
+            ack.set_result(1)
+            await asyncio.sleep(0)
+    assert done == [f"n{i}" for i in range(30)]
+    assert timers.armed <= 2, timers.armed

@@ -8,10 +8,13 @@ import pytest
 
 from consumers.checkpoints import CheckpointChain
 from core.errors import CheckpointFailed
+from tests.loop_counts import TimerCount
 
 
 class FakeBroker:
     """Stores checkpoints of one subject; refuses a fence that is not the last stored sequence."""
+
+    timeout_s = 10.0
 
     def __init__(self) -> None:
         self.last = 0
@@ -107,3 +110,38 @@ async def test_a_cancelled_wait_keeps_the_ack_for_the_next_settle() -> None:
     broker.ack_all()
     await chain.settle()
     assert chain.seq == 10
+
+
+async def test_an_unanswered_checkpoint_fails_the_settle_after_the_publishers_timeout() -> None:
+    # MQ-3: a checkpoint the broker never answers is not taken as stored; the wait ends after the
+    # publisher's ack timeout and the chain has nothing in flight any more (the runner reloads).
+    broker = FakeBroker()
+    broker.timeout_s = 0.05
+    chain = CheckpointChain("s", broker)
+    chain.reset(0)
+    await chain.publish(b"unanswered")
+    acked = broker.pending[0][0]
+    with pytest.raises(TimeoutError):
+        await chain.settle()
+    assert not acked.cancelled()  # the ack itself is left alone (swept by the publisher)
+    await chain.settle()  # nothing in flight
+    assert chain.seq == 0
+
+
+async def test_waiting_for_the_acks_of_many_checkpoints_arms_no_timer_per_wait() -> None:
+    # Each settle that finds its ack still out waits with the publisher's timeout; that timeout is one
+    # timer kept across the waits (consumers/deadline.py), not one armed and cancelled per wait.
+    broker = FakeBroker()
+    chain = CheckpointChain("s", broker)
+    chain.reset(0)
+    with TimerCount() as timers:
+        for i in range(30):
+            await chain.publish(f"step {i}".encode())
+            settling = asyncio.ensure_future(chain.settle())
+            await asyncio.sleep(0)
+            assert not settling.done()  # the ack is still out: the settle waits
+            broker.ack_all()
+            await settling
+    assert chain.seq == 300
+    assert timers.armed <= 2, timers.armed
+

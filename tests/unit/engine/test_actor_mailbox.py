@@ -10,6 +10,7 @@ import pytest
 from consumers.actors import ActorRegistry
 from core.engine.policy import MidTurnAction
 from core.errors import Conflict
+from tests.loop_counts import TimerCount
 from tests.waiting import wait_for
 
 
@@ -248,4 +249,37 @@ async def test_an_idle_actor_whose_last_reply_has_not_landed_stays_loaded_until_
     assert len(registry) == 1  # idle several times over, but its reply has not landed: still loaded
     landed = True
     await wait_for(lambda: len(registry) == 0, timeout_s=5, interval_s=0, what="the idle actor to end once it has landed")
+    await registry.close()
+
+
+def _waiting(registry: ActorRegistry) -> bool:
+    actor = registry.get("s")
+    return actor is not None and actor.waiting
+
+
+async def test_an_actor_that_waits_for_each_message_arms_no_timer_per_message() -> None:
+    # Paced traffic: every message finds its actor waiting on an empty mailbox. The idle deadline
+    # is kept as one timer that re-arms itself, not a timeout armed and cancelled for each wait.
+    gate = asyncio.Event()
+    gate.set()
+    runner = RecordingRunner(gate)
+    registry = ActorRegistry(lambda sid: runner, idle_s=3600.0)  # type: ignore[arg-type,return-value]
+    inbound = type("In", (), {"platform": "cli", "id": "x"})()
+
+    class Staged:
+        session_id = "s"
+
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def __repr__(self) -> str:
+            return self.name
+
+    with TimerCount() as timers:
+        for i in range(30):
+            await registry.deliver(Staged(f"m{i}"), inbound)  # type: ignore[arg-type]
+            await wait_for(lambda n=i + 1: len(runner.log) == n and _waiting(registry), timeout_s=5,
+                           interval_s=0, what="the actor to serve it and wait again")
+    assert runner.log == [f"message:m{i}" for i in range(30)]
+    assert timers.armed <= 3, timers.armed
     await registry.close()
