@@ -58,7 +58,8 @@ class ModelRequest(BaseModel):
     """Everything a provider needs for one completion.
 
     ``messages`` are chat-completions style dicts (role user / assistant / tool),
-    exactly the structured projection of the session; the system prompt is separate.
+    exactly the structured projection of the session; the system prompt is separate. They are
+    the engine's memoised dicts, shared between rounds: a provider reads them, never changes them.
     """
 
     model: str
