@@ -41,11 +41,12 @@ class TranscriptMemo:
     joined, grown by each new item: ``transcript_json`` (the items' JSON, comma-joined),
     ``projection_json`` (the projected messages' JSON, comma-joined) and ``chatend_json`` (the
     blocks joined by a blank line, JSON-escaped, without quotes); a checkpoint copies each
-    once. ``ends`` holds, per item, where its part of each ends, so a rewritten transcript (a
-    compaction) cuts them back to the unchanged prefix.
+    once. ``ends`` holds, per item, where its part of each ends and the length of the blocks
+    so far (``chatend_length``), so a rewritten transcript (a compaction) cuts them back to
+    the unchanged prefix.
     """
 
-    __slots__ = ("block_starts", "blocks", "chatend_json", "ends", "flat", "flat_starts", "items", "projection_json",
+    __slots__ = ("block_chars", "block_starts", "blocks", "chatend_json", "ends", "flat", "flat_starts", "items", "projection_json",
                  "source", "transcript_json")
 
     def __init__(self, source: list[TranscriptItem]) -> None:
@@ -58,7 +59,8 @@ class TranscriptMemo:
         self.transcript_json = bytearray()
         self.projection_json = bytearray()
         self.chatend_json = bytearray()
-        self.ends = array("Q")  # per item: the lengths of the three after it (3 entries an item)
+        self.ends = array("Q")  # per item: the lengths of the three and of the blocks after it (4 entries an item)
+        self.block_chars = 0  # the blocks' characters (the chatend text's, less its separators and head)
 
     def sync(self, transcript: list[TranscriptItem]) -> None:
         # Transcript items are never edited in place, so item identity marks the reusable prefix.
@@ -83,8 +85,8 @@ class TranscriptMemo:
             del self.blocks[self.block_starts[same]:]
             del self.flat[self.flat_starts[same]:]
             del items[same:], self.block_starts[same:], self.flat_starts[same:]
-            del self.ends[3 * same:]
-            t_end, p_end, c_end = self.ends[-3:] if self.ends else (0, 0, 0)
+            del self.ends[4 * same:]
+            t_end, p_end, c_end, self.block_chars = self.ends[-4:] if self.ends else (0, 0, 0, 0)
             del self.transcript_json[t_end:], self.projection_json[p_end:], self.chatend_json[c_end:]
         for item in transcript[same:]:
             projected = _project_item(item)
@@ -99,8 +101,11 @@ class TranscriptMemo:
                 if self.blocks:
                     self.chatend_json += b"\\n\\n"
                 self.blocks.append(block)
+                self.block_chars += len(block)
                 self.chatend_json += orjson.dumps(block)[1:-1]
-            self.ends.extend((len(self.transcript_json), len(self.projection_json), len(self.chatend_json)))
+            self.ends.extend(
+                (len(self.transcript_json), len(self.projection_json), len(self.chatend_json), self.block_chars)
+            )
 
 
 def _join_onto(joined: bytearray, part: bytes) -> None:
@@ -152,6 +157,14 @@ def request_messages(transcript: list[TranscriptItem]) -> list[dict[str, Any]]:
 def transcript_chatend_text(system_prompt: str, transcript: list[TranscriptItem]) -> str:
     """``chatend_text(system_prompt, project_messages(transcript))``, from memoised blocks."""
     return memo_chatend_text(system_prompt, memo_for(transcript))
+
+
+def transcript_chatend_length(system_prompt: str, transcript: list[TranscriptItem]) -> int:
+    """``len(transcript_chatend_text(system_prompt, transcript))``, without building the text."""
+    memo = memo_for(transcript)
+    count = len(memo.blocks)
+    body = memo.block_chars + 2 * (count - 1) + 1 if count else 0  # blocks, blank lines between, last newline
+    return len(system_prompt) + 11 + body  # "[system]\n" + prompt + "\n\n"
 
 
 def memo_chatend_text(system_prompt: str, memo: TranscriptMemo) -> str:

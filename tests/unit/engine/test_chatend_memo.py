@@ -118,3 +118,23 @@ def test_request_messages_are_the_projection_sharing_the_memos_dicts() -> None:
     transcript[:2] = [_item("summary", text="earlier")]  # rewritten at its head: projected anew
     assert request_messages(transcript) == project_messages(list(transcript))
     forget_memo(transcript)
+
+
+def test_the_chatend_length_is_the_texts_through_growth_and_rewrites() -> None:
+    # Context recovery's check at every model round reads the length, not a newly built text.
+    from core.engine.chatend import transcript_chatend_length
+
+    transcript: list[dict[str, Any]] = []
+    for system in ("sys", ""):
+        assert transcript_chatend_length(system, transcript) == len(transcript_chatend_text(system, transcript))
+    for i in range(6):
+        transcript.append(_item("user_message", text=f"q{i} é\n"))
+        transcript.append(_item("tool_call", id=f"c{i}"))  # projects to no message
+        transcript.append(_item("agent_message", text="", tool_calls=[{"id": f"c{i}", "name": "t", "arguments": {"i": i}}]))
+        assert transcript_chatend_length("sys", transcript) == len(transcript_chatend_text("sys", transcript))
+    transcript[:5] = [_item("summary", text="earlier")]
+    assert transcript_chatend_length("sys", transcript) == len(_plain("sys", transcript))
+    del transcript[-2:]
+    assert transcript_chatend_length("sys", transcript) == len(_plain("sys", transcript))
+    del transcript[:]
+    assert transcript_chatend_length("sys", transcript) == len(_plain("sys", transcript))
