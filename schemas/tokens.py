@@ -59,6 +59,8 @@ def decode_sid(token: str) -> str | None:
     """
     if token == NO_SESSION:
         return None
+    if _PLAIN.fullmatch(token) is not None:
+        return token  # no escape and only kept characters: the token is the id (what the loop below gives)
     if not token:
         raise ValueError("empty session token")
     raw = bytearray()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
 
@@ -10,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from schemas.tokens import check_session_id_size
 
 T = TypeVar("T")
+_CONTROL = re.compile(r"[\x00-\x1f]")  # control characters (below U+0020), searched at C speed
 
 
 class WireModel(BaseModel):
@@ -65,7 +67,7 @@ class InboundMessage(WireModel):
     @field_validator("session_id")
     @classmethod
     def _no_control_chars(cls, value: str | None) -> str | None:
-        if value is not None and any(ord(c) < 32 for c in value):
+        if value is not None and _CONTROL.search(value) is not None:
             raise ValueError("session_id must not contain control characters")
         return value if value is None else check_session_id_size(value)
 

@@ -9,7 +9,6 @@ named ``turnstile``.
 
 from __future__ import annotations
 
-import operator
 from array import array
 from collections import OrderedDict
 from typing import Any
@@ -42,44 +41,59 @@ class TranscriptMemo:
     joined, grown by each new item: ``transcript_json`` (the items' JSON, comma-joined),
     ``projection_json`` (the projected messages' JSON, comma-joined) and ``chatend_json`` (the
     blocks joined by a blank line, JSON-escaped, without quotes); a checkpoint copies each
-    once. ``ends`` holds, per item, where its part of each ends, so a rewritten transcript (a
-    compaction) cuts them back to the unchanged prefix.
+    once. ``ends`` holds, per item, where its part of each ends and the length of the blocks
+    so far (``chatend_length``), so a rewritten transcript (a compaction) cuts them back to
+    the unchanged prefix.
     """
 
-    __slots__ = ("block_starts", "blocks", "chatend_json", "ends", "items", "messages", "projection_json", "source",
-                 "transcript_json")
+    __slots__ = ("block_chars", "block_starts", "blocks", "chatend_json", "ends", "flat", "flat_starts", "items", "projection_json",
+                 "source", "transcript_json")
 
     def __init__(self, source: list[TranscriptItem]) -> None:
         self.source = source
         self.items: list[TranscriptItem] = []
-        self.messages: list[list[dict[str, Any]]] = []
+        self.flat: list[dict[str, Any]] = []  # the projected messages of all items, flat (a model request's)
+        self.flat_starts: list[int] = []  # where each item's messages start in ``flat``
         self.blocks: list[str] = []  # rendered blocks of all items, flat (the chatend text joins them)
         self.block_starts: list[int] = []  # where each item's blocks start in ``blocks``
         self.transcript_json = bytearray()
         self.projection_json = bytearray()
         self.chatend_json = bytearray()
-        self.ends = array("Q")  # per item: the lengths of the three after it (3 entries an item)
+        self.ends = array("Q")  # per item: the lengths of the three and of the blocks after it (4 entries an item)
+        self.block_chars = 0  # the blocks' characters (the chatend text's, less its separators and head)
 
     def sync(self, transcript: list[TranscriptItem]) -> None:
         # Transcript items are never edited in place, so item identity marks the reusable prefix.
+        # A session's list only grows at its end (a compaction builds a new list), so when the
+        # memo's first and last items are still where they were, the whole prefix is: checked in
+        # O(1), not item by item at every checkpoint. Anything else (a list cut or rewritten at
+        # its head or end) is compared item by item.
         items = self.items
-        limit = min(len(items), len(transcript))
-        if all(map(operator.is_, items, transcript)):  # the usual case (only appended), checked at C speed
-            same = limit
+        known = len(items)
+        if known == 0 or (
+            len(transcript) >= known and transcript[known - 1] is items[-1] and transcript[0] is items[0]
+        ):
+            if len(transcript) == known:
+                return
+            same = known
         else:
+            limit = min(known, len(transcript))
             same = 0
             while same < limit and items[same] is transcript[same]:
                 same += 1
-        if same < len(items):
+        if same < known:
             del self.blocks[self.block_starts[same]:]
-            del items[same:], self.messages[same:], self.block_starts[same:], self.ends[3 * same:]
-            t_end, p_end, c_end = self.ends[-3:] if self.ends else (0, 0, 0)
+            del self.flat[self.flat_starts[same]:]
+            del items[same:], self.block_starts[same:], self.flat_starts[same:]
+            del self.ends[4 * same:]
+            t_end, p_end, c_end, self.block_chars = self.ends[-4:] if self.ends else (0, 0, 0, 0)
             del self.transcript_json[t_end:], self.projection_json[p_end:], self.chatend_json[c_end:]
         for item in transcript[same:]:
             projected = _project_item(item)
             items.append(item)
-            self.messages.append(projected)
             self.block_starts.append(len(self.blocks))
+            self.flat_starts.append(len(self.flat))
+            self.flat.extend(projected)
             _join_onto(self.transcript_json, orjson.dumps(item))
             for m in projected:
                 _join_onto(self.projection_json, orjson.dumps(m))
@@ -87,8 +101,11 @@ class TranscriptMemo:
                 if self.blocks:
                     self.chatend_json += b"\\n\\n"
                 self.blocks.append(block)
+                self.block_chars += len(block)
                 self.chatend_json += orjson.dumps(block)[1:-1]
-            self.ends.extend((len(self.transcript_json), len(self.projection_json), len(self.chatend_json)))
+            self.ends.extend(
+                (len(self.transcript_json), len(self.projection_json), len(self.chatend_json), self.block_chars)
+            )
 
 
 def _join_onto(joined: bytearray, part: bytes) -> None:
@@ -127,12 +144,27 @@ def project_messages(transcript: list[TranscriptItem]) -> list[dict[str, Any]]:
     so projecting a growing transcript on every checkpoint costs only its new items.
     """
     memo = memo_for(transcript)
-    return [dict(m) for group in memo.messages for m in group]
+    return [dict(m) for m in memo.flat]
+
+
+def request_messages(transcript: list[TranscriptItem]) -> list[dict[str, Any]]:
+    """The structured projection for a model request: a fresh list of the memo's own message
+    dicts, which a provider reads and never changes (``ModelRequest.messages``). No dict is
+    copied, so a model round costs the new items, not the whole conversation again."""
+    return list(memo_for(transcript).flat)
 
 
 def transcript_chatend_text(system_prompt: str, transcript: list[TranscriptItem]) -> str:
     """``chatend_text(system_prompt, project_messages(transcript))``, from memoised blocks."""
     return memo_chatend_text(system_prompt, memo_for(transcript))
+
+
+def transcript_chatend_length(system_prompt: str, transcript: list[TranscriptItem]) -> int:
+    """``len(transcript_chatend_text(system_prompt, transcript))``, without building the text."""
+    memo = memo_for(transcript)
+    count = len(memo.blocks)
+    body = memo.block_chars + 2 * (count - 1) + 1 if count else 0  # blocks, blank lines between, last newline
+    return len(system_prompt) + 11 + body  # "[system]\n" + prompt + "\n\n"
 
 
 def memo_chatend_text(system_prompt: str, memo: TranscriptMemo) -> str:
@@ -147,10 +179,15 @@ def memo_chatend_json(system_prompt: str, memo: TranscriptMemo) -> bytes:
     JSON escaping is per character, so the escape of a concatenation is the concatenation of
     the escapes: the conversation's part is escaped once, when its items arrive.
     """
+    return b"".join(memo_chatend_parts(system_prompt, memo))
+
+
+def memo_chatend_parts(system_prompt: str, memo: TranscriptMemo) -> tuple[bytes | bytearray, ...]:
+    """``memo_chatend_json``'s bytes in parts, for a caller that joins them into more (no copy of its own)."""
     head = orjson.dumps(f"[system]\n{system_prompt}\n\n")[:-1]
     if not memo.blocks:
-        return head + b'"'
-    return b"".join((head, memo.chatend_json, b'\\n"'))
+        return (head, b'"')
+    return (head, memo.chatend_json, b'\\n"')
 
 
 def _project_item(item: TranscriptItem) -> list[dict[str, Any]]:

@@ -11,19 +11,19 @@ from its result. The newest items kept aim at half the window.
 
 from __future__ import annotations
 
-from core.engine.chatend import project_messages, render_messages, transcript_chatend_text
+from core.engine.chatend import project_messages, render_messages, transcript_chatend_length
 from core.engine.drafts import Checkpoint
 from core.engine.journal import EntryKind
 from core.engine.session_port import SessionPort
 from core.engine.state import TranscriptItem
-from core.providers.base import ModelRequest, estimate_tokens
+from core.providers.base import ModelRequest, estimate_tokens, tokens_for_chars
 
 KEEP_FRACTION = 0.5
 
 
 def projected_tokens(system_prompt: str, transcript: list[TranscriptItem]) -> int:
-    """Estimated tokens of the context the model would receive."""
-    return estimate_tokens(transcript_chatend_text(system_prompt, transcript))
+    """Estimated tokens of the context the model would receive (from its length: the text is not built)."""
+    return tokens_for_chars(transcript_chatend_length(system_prompt, transcript))
 
 
 def choose_cut(system_prompt: str, transcript: list[TranscriptItem], window_tokens: int, protect_from: int) -> int:

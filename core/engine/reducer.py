@@ -45,11 +45,19 @@ from core.providers.base import Usage
 
 
 def transcript_item(entry: JournalEntry) -> TranscriptItem:
-    """The transcript form of an entry: object bytes stay in the journal only."""
-    item = cast(TranscriptItem, entry.model_dump(mode="json"))
-    if entry.kind == EntryKind.OBJECT:
-        item["payload"] = {k: v for k, v in entry.payload.items() if k != "data_b64"}
-    return item
+    """The transcript form of an entry: object bytes stay in the journal only.
+
+    The fields of ``entry.model_dump(mode="json")`` in its order, the payload shared rather than
+    copied: a payload is JSON-ready (the journal stores it with orjson) and is not changed
+    after it was journaled.
+    """
+    payload = entry.payload
+    if entry.kind is EntryKind.OBJECT:
+        payload = {k: v for k, v in payload.items() if k != "data_b64"}
+    return {
+        "seq": entry.seq, "kind": entry.kind.value, "turn_id": entry.turn_id,
+        "external_event_id": entry.external_event_id, "at": entry.at, "payload": payload,
+    }
 
 
 def apply(state: SessionState, entry: JournalEntry) -> None:

@@ -28,13 +28,14 @@ from core.engine.ports import Clock, HistoryReader, PartialText, TakePolicy, iso
 from core.engine.recovery import recover_context
 from core.engine.reducer import apply
 from core.engine.session_view import SessionView
-from core.engine.snapshot import encode_snapshot, state_from_snapshot
+from core.engine.snapshot import EventsJson, encode_snapshot, state_from_snapshot
 from core.engine.state import KnowledgePlan, SessionState
 from core.engine.tools import ToolRegistry
 from core.engine.tools.leases import FileLeases
 from core.engine.turn_loop import run_turn
 from core.errors import Cancelled, CheckpointFailed, Conflict, InvalidInput, NotFound
 from core.providers.base import Provider, Usage
+from core.trusted_models import trusted
 
 T = TypeVar("T")
 MAX_REMEMBERED_CANCELS = 64
@@ -77,6 +78,7 @@ class Session(SessionView):
         self._cancelled_ops: set[str] = set()
         # State version of the last snapshot handed to a checkpoint callback (its "new" entries start here).
         self._published_version = state.next_seq
+        self._events_json = EventsJson()  # the snapshot's events, encoded once each
         # Every external event this session responded to (KS-14), read from the journal when first needed.
         self._responded_events: set[str] | None = None
 
@@ -170,15 +172,14 @@ class Session(SessionView):
                 "write_session_id": self._state.knowledge_plan.write_session_id,
             }
             drafts = [Draft(EntryKind.EVENT, created), *drafts]
+        # Built, not validated: a draft's kind is an EntryKind, its payload the dict its maker built
+        # (the journal encodes it and the transcript shares it; neither is changed after this).
+        first = self._state.next_seq
         entries = [
-            JournalEntry(
-                seq=self._state.next_seq + i,
-                kind=d.kind,
-                turn_id=d.turn_id,
-                external_event_id=d.external_event_id,
-                at=at,
-                payload=d.payload,
-            )
+            trusted(JournalEntry, {
+                "seq": first + i, "kind": d.kind, "turn_id": d.turn_id, "external_event_id": d.external_event_id,
+                "at": at, "payload": d.payload,
+            })
             for i, d in enumerate(drafts)
         ]
         await self.journal.append(self._state.session_id, entries)
@@ -196,7 +197,7 @@ class Session(SessionView):
         if checkpoint is None:
             return
         try:
-            snapshot = encode_snapshot(self._state, self.system_prompt, self._published_version)
+            snapshot = encode_snapshot(self._state, self.system_prompt, self._published_version, self._events_json)
             self._published_version = snapshot.state_version
             await checkpoint(snapshot)
         except CheckpointFailed:

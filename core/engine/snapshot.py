@@ -7,6 +7,7 @@ only grows and tells two checkpoints of one session apart.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterator, Mapping
 from typing import Any, Final, Literal, TypeVar
 
@@ -14,7 +15,7 @@ import orjson
 from pydantic import Field
 from pydantic_core import to_jsonable_python
 
-from core.engine.chatend import memo_chatend_json, memo_for, project_messages, transcript_chatend_text
+from core.engine.chatend import memo_chatend_parts, memo_for, project_messages, transcript_chatend_text
 from core.engine.state import EventRecord, SessionState, TranscriptItem
 from core.errors import InvalidInput
 
@@ -109,12 +110,50 @@ def _tail_since(entries: list[SeqT], since_version: int) -> list[SeqT]:
 # plain JSON-ready dicts and strings, like the transcript items, and the usage total. orjson
 # encodes them in a fraction of what pydantic's typed serializer takes to walk their TypedDict
 # schemas, and they are most of the state outside the transcript. A model among them goes
-# through ``to_jsonable_python`` (what ``model_dump(mode="json")`` gives).
+# through ``to_jsonable_python`` (what ``model_dump(mode="json")`` gives). ``events`` (up to
+# ``MAX_EVENTS`` records, the largest of them) is spliced from ``EventsJson``.
 ORJSON_TAIL_FIELDS: Final = ("boxes", "events", "objects", "external_responses", "recent_inbound_ids", "usage_total")
 NOT_IN_REST: Final[set[str]] = {"transcript", *ORJSON_TAIL_FIELDS}
+AFTER_EVENTS: Final = ORJSON_TAIL_FIELDS[2:]
+# The state's typed serializer, called as is: ``model_dump_json`` wraps the same call in a
+# Python layer of argument handling that took longer than the encoding of the rest itself.
+_STATE_JSON = SessionState.__pydantic_serializer__.to_json
+_FORMAT_VERSION_JSON: Final = str(FORMAT_VERSION).encode()
 
 
-def encode_snapshot(state: SessionState, system_prompt: str, since_version: int = 0) -> EncodedSnapshot:
+class EventsJson:
+    """The comma-joined JSON of a session's ``events``, kept per record while the list changes
+    the way the reducer changes it: records appended at its end, the oldest cut at its head
+    (``MAX_EVENTS``). A record is a fresh dict never edited afterwards, so identity marks the
+    records already encoded; a list changed otherwise (another list, a restore) is encoded anew."""
+
+    __slots__ = ("parts", "records")
+
+    def __init__(self) -> None:
+        self.records: deque[EventRecord] = deque()
+        self.parts: deque[bytes] = deque()
+
+    def json(self, events: list[EventRecord]) -> bytes:
+        records, parts = self.records, self.parts
+        if events:
+            first = events[0]
+            while records and records[0] is not first:  # cut at the head since the last snapshot
+                records.popleft()
+                parts.popleft()
+        known = len(records)
+        if known and (known > len(events) or events[known - 1] is not records[-1]):
+            records.clear()
+            parts.clear()
+            known = 0
+        for record in events[known:]:
+            records.append(record)
+            parts.append(orjson.dumps(record, default=to_jsonable_python))
+        return b",".join(parts)
+
+
+def encode_snapshot(
+    state: SessionState, system_prompt: str, since_version: int = 0, events_json: EventsJson | None = None
+) -> EncodedSnapshot:
     """The ``build_snapshot`` value as JSON bytes, spliced from memoised per-item encodings.
 
     A checkpoint is complete (KS-20), so it repeats the whole transcript, its projection
@@ -122,20 +161,24 @@ def encode_snapshot(state: SessionState, system_prompt: str, since_version: int 
     cost O(conversation). Transcript items are never edited in place, so their JSON (and
     their projected messages' JSON) is encoded once and kept joined, and the chatend text
     kept JSON-escaped (``TranscriptMemo``): a snapshot copies each once; only the small rest of the state is
-    serialised per snapshot (its JSON-ready tail by orjson, ``ORJSON_TAIL_FIELDS``).
-    ``test_snapshot`` proves the bytes parse to ``build_snapshot``.
+    serialised per snapshot (its JSON-ready tail by orjson, ``ORJSON_TAIL_FIELDS``; the events
+    from ``events_json``, the session's, when given). ``test_snapshot`` proves the bytes are
+    those of the plain encoding and parse to ``build_snapshot``.
     """
     memo = memo_for(state.transcript)
-    rest = state.model_dump_json(exclude=NOT_IN_REST).encode()
+    rest = _STATE_JSON(state, exclude=NOT_IN_REST)
+    events = (events_json or EventsJson()).json(state.events)
     raw = b"".join((
         rest[:-1],
-        b",", orjson.dumps({name: getattr(state, name) for name in ORJSON_TAIL_FIELDS}, default=to_jsonable_python)[1:-1],
+        b',"boxes":', orjson.dumps(state.boxes, default=to_jsonable_python),
+        b',"events":[', events,
+        b"],", orjson.dumps({name: getattr(state, name) for name in AFTER_EVENTS}, default=to_jsonable_python)[1:-1],
         b',"transcript":[', memo.transcript_json,
-        b'],"format_version":', str(FORMAT_VERSION).encode(),
+        b'],"format_version":', _FORMAT_VERSION_JSON,
         b',"state_version":', str(state.next_seq).encode(),
         b',"status":"', status_of(state).encode(),
         b'","projection":[', memo.projection_json,
-        b'],"chatend_text":', memo_chatend_json(system_prompt, memo),
+        b'],"chatend_text":', *memo_chatend_parts(system_prompt, memo),
         b"}",
     ))
     return EncodedSnapshot(

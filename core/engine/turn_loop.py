@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from core.engine.chatend import project_messages
+from core.engine.chatend import request_messages
 from core.engine.drafts import Checkpoint, Draft, interrupted_result
 from core.engine.journal import EntryKind
 from core.engine.ports import PartialText
@@ -29,6 +29,7 @@ from core.engine.state import OpenCall
 from core.engine.tools import ToolContext, ToolOutcome, validate_arguments
 from core.errors import Conflict, ProviderError, TurnstileError
 from core.providers.base import ModelRequest, ModelResponse, TextSink
+from core.trusted_models import trusted
 
 log = logging.getLogger(__name__)
 
@@ -78,18 +79,19 @@ def _final_reply(session: SessionPort, response: ModelResponse) -> bool:
 
 
 def _request(session: SessionPort) -> ModelRequest:
-    # Built without validation: every field is already of its type (the projection's fresh
-    # message dicts, the registry's frozen specs), and validating ``messages`` walked and
-    # copied the whole conversation again at every model round (O(transcript) per turn).
+    # Built without validation: every field is already of its type (the memo's projected
+    # messages, the registry's frozen specs), and validating ``messages`` walked and copied
+    # the whole conversation again at every model round (O(transcript) per turn).
     state = session.state
-    return ModelRequest.model_construct(
-        model=state.runtime.model,
-        reasoning_effort=state.runtime.reasoning_effort,
-        system_prompt=session.system_prompt,
-        messages=project_messages(state.transcript),
-        tools=session.tools.specs_for(state.mode.kind, has_work=state.work is not None),
-        on_text=_round_text(session.partial_text, state.rounds_used + 1),
-    )
+    return trusted(ModelRequest, {
+        "model": state.runtime.model,
+        "reasoning_effort": state.runtime.reasoning_effort,
+        "system_prompt": session.system_prompt,
+        "messages": request_messages(state.transcript),
+        "tools": session.tools.specs_for(state.mode.kind, has_work=state.work is not None),
+        "purpose": "chat",
+        "on_text": _round_text(session.partial_text, state.rounds_used + 1),
+    })
 
 
 def _round_text(watcher: PartialText | None, round_no: int) -> TextSink | None:

@@ -58,7 +58,8 @@ class ModelRequest(BaseModel):
     """Everything a provider needs for one completion.
 
     ``messages`` are chat-completions style dicts (role user / assistant / tool),
-    exactly the structured projection of the session; the system prompt is separate.
+    exactly the structured projection of the session; the system prompt is separate. They are
+    the engine's memoised dicts, shared between rounds: a provider reads them, never changes them.
     """
 
     model: str
@@ -103,4 +104,9 @@ class Provider(Protocol):
 
 def estimate_tokens(text: str) -> int:
     """Cheap, deterministic token estimate: one token per four characters, rounded up."""
-    return (len(text) + 3) // 4
+    return tokens_for_chars(len(text))
+
+
+def tokens_for_chars(chars: int) -> int:
+    """``estimate_tokens`` of a text of ``chars`` characters."""
+    return (chars + 3) // 4

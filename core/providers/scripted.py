@@ -36,6 +36,7 @@ from core.providers.base import (
     Transcription,
     Usage,
     estimate_tokens,
+    tokens_for_chars,
 )
 
 ENGINE_MESSAGE_NAME = "turnstile"
@@ -138,14 +139,14 @@ class ScriptedProvider:
                 ToolCall(id=f"call_{index}_{round_no}_{i}", name=name, arguments=args)
                 for i, (name, args) in enumerate(script.rounds[round_no])
             ]
-            response = ModelResponse(text="", tool_calls=calls)
+            text = ""
         else:
+            calls = []
             text = script.say if script.say is not None else "echo: " + "\n".join(
                 script.plain_lines
             ).strip()
-            response = ModelResponse(text=text)
-        usage = script.usage or self._estimate(request, response)
-        return response.model_copy(update={"usage": usage})
+        usage = script.usage or self._estimate(request, text, calls)
+        return ModelResponse(text=text, tool_calls=calls, usage=usage)
 
     async def transcribe(
         self, audio: bytes, media_type: str, prompt: str, *, model: str
@@ -168,15 +169,12 @@ class ScriptedProvider:
                 parts.append(f"{msg.get('role')}: {text[:60]}")
         text = "summary: " + " | ".join(parts)
         text = text[:400]
-        response = ModelResponse(text=text)
-        return response.model_copy(update={"usage": self._estimate(request, response)})
+        return ModelResponse(text=text, usage=self._estimate(request, text, []))
 
     @staticmethod
-    def _estimate(request: ModelRequest, response: ModelResponse) -> Usage:
-        prompt_chars = len(request.system_prompt) + sum(
-            len(_content_text(m)) for m in request.messages
-        )
-        out = response.text + "".join(
-            c.name + orjson.dumps(c.arguments).decode() for c in response.tool_calls
-        )
-        return Usage(input_tokens=(prompt_chars + 3) // 4, output_tokens=estimate_tokens(out))
+    def _estimate(request: ModelRequest, text: str, calls: list[ToolCall]) -> Usage:
+        # One pass over the conversation per round: a list of lengths summed, no call per message.
+        contents = [m.get("content") for m in request.messages]
+        prompt_chars = len(request.system_prompt) + sum([len(c) for c in contents if isinstance(c, str)])
+        out = text + "".join(c.name + orjson.dumps(c.arguments).decode() for c in calls)
+        return Usage(input_tokens=tokens_for_chars(prompt_chars), output_tokens=estimate_tokens(out))

@@ -146,8 +146,27 @@ def status_from_json(value: JsonValue) -> SessionStatus:
     return value if value in SESSION_STATUSES else "active"
 
 
+# The JSON of the records encoded lately, by identity. A record is frozen, and a turn's record write
+# encodes it twice: its row, then its ``session.updated`` payload once the write landed (other
+# sessions' writes may come between). A held record keeps its id from being reused.
+RECENT_RECORDS = 256
+_recent: dict[int, tuple[SessionRecord, JsonObject]] = {}
+
+
 def record_to_json(record: SessionRecord) -> JsonObject:
-    """A session record as a JSON object (absent optional fields are None)."""
+    """A session record as a JSON object (absent optional fields are None): a fresh dict, whose
+    values a caller reads (a record encoded a moment ago is not encoded again)."""
+    held = _recent.get(id(record))
+    if held is not None and held[0] is record:
+        return dict(held[1])
+    value = _record_json(record)
+    _recent[id(record)] = (record, value)
+    if len(_recent) > RECENT_RECORDS:
+        del _recent[next(iter(_recent))]
+    return dict(value)
+
+
+def _record_json(record: SessionRecord) -> JsonObject:
     return {
         "id": record.id,
         "name": record.name,

@@ -101,3 +101,40 @@ def test_a_memo_holds_its_encodings_at_their_length() -> None:
     encoded = len(memo.transcript_json) + len(memo.projection_json) + len(memo.chatend_json)
     assert held < 10 * encoded, f"{held:,} B held for {encoded:,} B of JSON"
     forget_memo(transcript)
+
+
+def test_request_messages_are_the_projection_sharing_the_memos_dicts() -> None:
+    # A model request carries the memo's own message dicts (providers only read them): no copy
+    # of the conversation per model round, and the list itself is the request's.
+    from core.engine.chatend import request_messages
+
+    transcript = [_item("user_message", text="q0"), _item("agent_message", text="a0")]
+    first = request_messages(transcript)
+    assert first == project_messages(transcript)
+    transcript.append(_item("user_message", text="q1"))
+    second = request_messages(transcript)
+    assert second == project_messages(transcript)
+    assert second is not first and all(a is b for a, b in zip(first, second, strict=False))
+    transcript[:2] = [_item("summary", text="earlier")]  # rewritten at its head: projected anew
+    assert request_messages(transcript) == project_messages(list(transcript))
+    forget_memo(transcript)
+
+
+def test_the_chatend_length_is_the_texts_through_growth_and_rewrites() -> None:
+    # Context recovery's check at every model round reads the length, not a newly built text.
+    from core.engine.chatend import transcript_chatend_length
+
+    transcript: list[dict[str, Any]] = []
+    for system in ("sys", ""):
+        assert transcript_chatend_length(system, transcript) == len(transcript_chatend_text(system, transcript))
+    for i in range(6):
+        transcript.append(_item("user_message", text=f"q{i} é\n"))
+        transcript.append(_item("tool_call", id=f"c{i}"))  # projects to no message
+        transcript.append(_item("agent_message", text="", tool_calls=[{"id": f"c{i}", "name": "t", "arguments": {"i": i}}]))
+        assert transcript_chatend_length("sys", transcript) == len(transcript_chatend_text("sys", transcript))
+    transcript[:5] = [_item("summary", text="earlier")]
+    assert transcript_chatend_length("sys", transcript) == len(_plain("sys", transcript))
+    del transcript[-2:]
+    assert transcript_chatend_length("sys", transcript) == len(_plain("sys", transcript))
+    del transcript[:]
+    assert transcript_chatend_length("sys", transcript) == len(_plain("sys", transcript))

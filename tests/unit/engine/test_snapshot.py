@@ -173,3 +173,51 @@ def test_the_fields_encoded_by_orjson_are_the_tail_of_the_state_so_checkpoint_by
 
     fields = [name for name in SessionState.model_fields if name != "transcript"]
     assert tuple(fields[-len(ORJSON_TAIL_FIELDS):]) == ORJSON_TAIL_FIELDS
+
+
+def _plain_bytes(session: Any) -> bytes:
+    """The checkpoint bytes encoded without any memo: pydantic's JSON of the state's typed fields,
+    then orjson's of the rest of ``build_snapshot``, in the snapshot's field order (how the
+    encoder has always laid out a checkpoint)."""
+    from pydantic_core import to_jsonable_python
+
+    from core.engine.snapshot import NOT_IN_REST, ORJSON_TAIL_FIELDS, build_snapshot
+
+    state = session.state
+    data = build_snapshot(state, session.system_prompt)
+    rest = state.model_dump_json(exclude=NOT_IN_REST).encode()
+    order = [*ORJSON_TAIL_FIELDS, "transcript", *(k for k in data if k not in type(state).model_fields)]
+    after = orjson.dumps({k: data[k] for k in order}, default=to_jsonable_python)
+    return rest[:-1] + b"," + after[1:]
+
+
+@pytest.mark.rule("KS-20")
+async def test_checkpoint_bytes_equal_the_plain_encoding_through_the_event_cap_compaction_and_a_reopen(
+    make_session: SessionFactory,
+) -> None:
+    # KS-20: the spliced checkpoint (per-item transcript JSON, per-record events JSON, the state's
+    # serializer called directly) is byte for byte the plain encoding, also once the events list is
+    # cut at its head (MAX_EVENTS), after a compaction rewrote the transcript and after a reopen.
+    from core.engine import RuntimeModel
+    from core.engine.state import MAX_EVENTS
+
+    small = RuntimeModel(model="test-model", reasoning_effort="low", context_window_tokens=600)
+    session = await make_session(runtime=small)
+    compared = 0
+
+    async def check(snap: EncodedSnapshot) -> None:
+        nonlocal compared
+        assert snap.raw == _plain_bytes(session)
+        compared += 1
+
+    for turn in range(40):
+        meta = {"external_event_id": f"e{turn}", "inbound_id": f"in{turn}"}
+        await session.begin_user_turn(f"message {turn} \"quoted\" é " + "words " * 8, meta, checkpoint=check)
+        await session.run_pending_turn(f"op-{turn}", check)
+        if turn == 25:
+            wire = orjson.loads(_plain_bytes(session))
+            session = await make_session(runtime=small, restored=wire, journal=InMemoryJournal())
+    state = session.state
+    assert len(state.events) == MAX_EVENTS and state.events[0]["seq"] > 0  # cut at its head
+    assert state.compacted_through_seq >= 0  # compaction happened
+    assert compared >= 80

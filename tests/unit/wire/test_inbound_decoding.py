@@ -62,3 +62,19 @@ def test_a_session_id_too_long_for_a_subject_token_is_invalid() -> None:
     fits = "é" * 256
     ok = decode_inbound(PREFIX, f"turnstile.inbound.cli.{'~C3~A9' * 256}", body(session_id=fits), 100_000)
     assert isinstance(ok, InboundMessage)
+
+
+@pytest.mark.parametrize("sid", ["a\x00b", "tab\there", "new\nline", "\x1f", "end\r"])
+def test_a_session_id_with_a_control_character_is_invalid(sid: str) -> None:
+    from schemas.tokens import encode_sid
+
+    decoded = decode_inbound(PREFIX, f"{PREFIX}.inbound.cli.{encode_sid(sid)}", body(session_id=sid), 1000)
+    assert isinstance(decoded, ErrorBody) and decoded.code == "invalid"
+
+
+def test_a_session_id_with_printable_and_non_ascii_characters_is_valid() -> None:
+    from schemas.tokens import encode_sid
+
+    sid = "chat space é\x7f 漢"
+    decoded = decode_inbound(PREFIX, f"{PREFIX}.inbound.cli.{encode_sid(sid)}", body(session_id=sid), 1000)
+    assert isinstance(decoded, InboundMessage) and decoded.session_id == sid
