@@ -26,6 +26,9 @@ if TYPE_CHECKING:
 
 
 class CheckpointPublisher(Protocol):
+    """Sends checkpoints; a failed ack future comes with its exception marked retrieved (``StreamAcks``),
+    so a checkpoint the chain drops (``reset``) leaves no "never retrieved" report of its own."""
+
     async def send_checkpoint(
         self, session_id: str, payload: bytes, expected_last_seq: int | None
     ) -> asyncio.Future[int]: ...
@@ -58,7 +61,6 @@ class CheckpointChain:
         if self._metrics is not None:
             self._metrics.checkpoint_bytes.observe(len(payload))
             self._sent_at = time.monotonic()
-        acked.add_done_callback(_retrieve)
         self._inflight = (acked, self.seq)
         if barrier:
             await self.settle()
@@ -87,8 +89,3 @@ class CheckpointChain:
             self._inflight[0].cancel()
             self._inflight = None
 
-
-def _retrieve(future: asyncio.Future[int]) -> None:
-    """A dropped checkpoint's failure is not an error of its own (the reload handles it)."""
-    if not future.cancelled():
-        future.exception()
