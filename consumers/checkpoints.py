@@ -21,21 +21,18 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Protocol
 
+from consumers.publisher import KeptAck
+
 if TYPE_CHECKING:
     from consumers.metrics import Metrics
 
 
 class CheckpointPublisher(Protocol):
-    """Sends checkpoints; a failed ack future comes with its exception marked retrieved (``StreamAcks``),
-    so a checkpoint the chain drops (``reset``) leaves no "never retrieved" report of its own."""
+    """Sends checkpoints; their acks are ``KeptAck``s, which a cancelled wait leaves for the next one."""
 
-    async def send_checkpoint(
-        self, session_id: str, payload: bytes, expected_last_seq: int | None
-    ) -> asyncio.Future[int]: ...
+    async def send_checkpoint(self, session_id: str, payload: bytes, expected_last_seq: int | None) -> KeptAck: ...
 
-    async def checkpoint_acked(
-        self, session_id: str, acked: asyncio.Future[int], expected_last_seq: int | None
-    ) -> int: ...
+    async def checkpoint_acked(self, session_id: str, acked: KeptAck, expected_last_seq: int | None) -> int: ...
 
 
 class CheckpointChain:
@@ -46,7 +43,7 @@ class CheckpointChain:
         self._pub = publisher
         self._metrics = metrics
         self._sent_at = 0.0
-        self._inflight: tuple[asyncio.Future[int], int | None] | None = None
+        self._inflight: tuple[KeptAck, int | None] | None = None
         self.seq: int | None = None  # subject sequence of the last acknowledged checkpoint
 
     def reset(self, seq: int | None) -> None:
@@ -71,10 +68,8 @@ class CheckpointChain:
             return
         acked, fence = self._inflight
         try:
-            # Shielded: a cancelled waiter (shutdown) leaves the ack to the next ``settle``. An ack
-            # already in (the usual case) needs no shield: nothing is awaited.
-            waited = acked if acked.done() else asyncio.shield(acked)
-            self.seq = await self._pub.checkpoint_acked(self._session_id, waited, fence)
+            # A cancelled waiter (shutdown) leaves the ack to the next ``settle`` (a ``KeptAck``).
+            self.seq = await self._pub.checkpoint_acked(self._session_id, acked, fence)
         except asyncio.CancelledError:
             raise
         except BaseException:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 from nats.aio.client import Client
@@ -32,6 +32,77 @@ SWEEP_MIN = 1024  # unanswered acks kept before the given-up ones are swept
 FENCE_HEADER = b"NATS/1.0\r\nNats-Expected-Last-Subject-Sequence: %d\r\n\r\n"
 
 
+class AckWaiter(Protocol):
+    """What an ack resolves: an ``asyncio.Future[int]`` or a ``KeptAck``."""
+
+    def done(self) -> bool: ...
+
+    def set_result(self, result: int, /) -> None: ...
+
+    def set_exception(self, exception: BaseException, /) -> None: ...
+
+    def exception(self) -> BaseException | None: ...
+
+
+class KeptAck:
+    """The ack of one publish, resolved in place by the ack handler and kept when the task waiting
+    for it is cancelled (shutdown): the next ``result`` finds it. What ``asyncio.shield`` around a
+    future gave, without its second future and loop callback, and with one timer per wait."""
+
+    __slots__ = ("_done", "_error", "_seq", "_waiter")
+
+    def __init__(self) -> None:
+        self._done = False
+        self._seq = 0
+        self._error: BaseException | None = None
+        self._waiter: asyncio.Future[None] | None = None
+
+    def done(self) -> bool:
+        return self._done
+
+    def set_result(self, result: int, /) -> None:
+        if not self._done:
+            self._done, self._seq = True, result
+            self._wake()
+
+    def set_exception(self, exception: BaseException, /) -> None:
+        if not self._done:
+            self._done, self._error = True, exception
+            self._wake()
+
+    def exception(self) -> BaseException | None:
+        return self._error
+
+    def cancel(self) -> None:
+        """Given up on (the chain reloaded): a late ack is ignored, the ack table forgets it."""
+        self.set_exception(asyncio.CancelledError())
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def result(self, timeout_s: float) -> int:
+        """The stream sequence; the broker's refusal raised; TimeoutError when no ack came within ``timeout_s``."""
+        if not self._done:
+            loop = asyncio.get_running_loop()
+            self._waiter = waiter = loop.create_future()
+            timer = loop.call_later(timeout_s, _expire, waiter)
+            try:
+                await waiter
+            finally:
+                timer.cancel()
+                self._waiter = None
+        if self._error is not None:
+            raise self._error
+        return self._seq
+
+
+def _expire(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_exception(TimeoutError())
+
+
 class StreamAcks:
     """JetStream publishes whose acks arrive on one reply subscription, matched by a counter.
 
@@ -50,7 +121,7 @@ class StreamAcks:
         self._prefix = b""
         self._next = 0
         # token -> (the future of its ack, or None when nobody waits for it; log a refusal)
-        self._waiting: dict[int, tuple[asyncio.Future[int] | None, bool]] = {}
+        self._waiting: dict[int, tuple[AckWaiter | None, bool]] = {}
         self._sweep_at = SWEEP_MIN
 
     async def _ensure_inbox(self) -> None:
@@ -70,31 +141,29 @@ class StreamAcks:
         batch failed). SubjectTooLong (nothing sent) when the subject would not fit the
         server's control line.
         """
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        await self.send_to(future, subject, payload, header, log_failure=log_failure)
+        return future
+
+    async def send_unwatched(self, subject: str, payload: bytes, header: bytes | None = None) -> None:
+        """Publish now with an ack nobody waits for (no future): a refusal is only logged."""
+        await self.send_to(None, subject, payload, header, log_failure=True)
+
+    async def send_to(
+        self, waiter: AckWaiter | None, subject: str, payload: bytes, header: bytes | None = None,
+        *, log_failure: bool = False,
+    ) -> None:
+        """``send`` whose ack resolves ``waiter`` (a future, a ``KeptAck``, or None: nobody waits)."""
         if not self._prefix:
             await self._ensure_inbox()
-        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        subj, reply, token = self._register(subject, future, log_failure)
+        subj, reply, token = self._register(subject, waiter, log_failure)
         try:
             await self.wire.publish(subj, payload, reply, header)
         except BaseException:
             self._waiting.pop(token, None)  # not sent (or not known to be): no ack will name it
             raise
-        return future
 
-    async def send_unwatched(self, subject: str, payload: bytes, header: bytes | None = None) -> None:
-        """Publish now with an ack nobody waits for (no future): a refusal is only logged."""
-        if not self._prefix:
-            await self._ensure_inbox()
-        subj, reply, token = self._register(subject, None, True)
-        try:
-            await self.wire.publish(subj, payload, reply, header)
-        except BaseException:
-            self._waiting.pop(token, None)
-            raise
-
-    def _register(
-        self, subject: str, future: asyncio.Future[int] | None, log_failure: bool
-    ) -> tuple[bytes, bytes, int]:
+    def _register(self, subject: str, waiter: AckWaiter | None, log_failure: bool) -> tuple[bytes, bytes, int]:
         """The encoded subject, the reply and the token of the next publish, its ack now awaited.
         SubjectTooLong when the subject would not fit the control line."""
         subj = subject_bytes(subject)
@@ -107,7 +176,7 @@ class StreamAcks:
             self._sweep()
         # No done-callbacks on the hot path (each costs a loop callback when the ack lands): the
         # ack handler forgets the token; a future given up on (cancelled) is swept later.
-        self._waiting[token] = (future, log_failure)
+        self._waiting[token] = (waiter, log_failure)
         return subj, reply, token
 
     def _sweep(self) -> None:
@@ -163,7 +232,7 @@ class StreamAcks:
             log.error("a pipelined publish was not acknowledged: %r", ack["error"])
 
     @staticmethod
-    def _fail(future: asyncio.Future[int], exc: Exception, log_failure: bool) -> None:
+    def _fail(future: AckWaiter, exc: Exception, log_failure: bool) -> None:
         if log_failure:
             log.error("a pipelined publish was not acknowledged: %r", exc)
         future.set_exception(exc)
@@ -201,23 +270,21 @@ class Publisher:
                 ok = False
         return ok
 
-    async def send_checkpoint(
-        self, session_id: str, payload: bytes, expected_last_seq: int | None
-    ) -> asyncio.Future[int]:
+    async def send_checkpoint(self, session_id: str, payload: bytes, expected_last_seq: int | None) -> KeptAck:
         """Send a checkpoint fenced on ``expected_last_seq``; ``checkpoint_acked`` awaits its ack."""
         header = None if expected_last_seq is None else FENCE_HEADER % expected_last_seq
+        acked = KeptAck()
         try:
-            return await self._acks.send(self.subjects.checkpoint(session_id), payload, header)
+            await self._acks.send_to(acked, self.subjects.checkpoint(session_id), payload, header)
         except Exception as exc:
             raise CheckpointFailed(f"checkpoint for {session_id!r} not sent: {exc!r}") from exc
+        return acked
 
-    async def checkpoint_acked(self, session_id: str, acked: asyncio.Future[int], expected_last_seq: int | None) -> int:
-        """The stored checkpoint's subject sequence; CheckpointFailed if the broker refused or never answered."""
+    async def checkpoint_acked(self, session_id: str, acked: KeptAck, expected_last_seq: int | None) -> int:
+        """The stored checkpoint's subject sequence; CheckpointFailed if the broker refused or never answered
+        within ``timeout_s``. A cancelled wait leaves the ack to the next call."""
         try:
-            if acked.done():  # usually: the ack came while the turn went on
-                return acked.result()
-            async with asyncio.timeout(self.timeout_s):
-                return await acked
+            return await acked.result(self.timeout_s)
         except APIError as exc:
             if exc.err_code == WRONG_LAST_SEQUENCE:
                 raise CheckpointFailed(

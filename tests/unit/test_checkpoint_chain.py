@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from consumers.checkpoints import CheckpointChain
+from consumers.publisher import KeptAck
 from core.errors import CheckpointFailed
 
 
@@ -16,10 +17,10 @@ class FakeBroker:
     def __init__(self) -> None:
         self.last = 0
         self.sent: list[tuple[bytes, int | None]] = []
-        self.pending: list[tuple[asyncio.Future[int], bytes, int | None]] = []
+        self.pending: list[tuple[KeptAck, bytes, int | None]] = []
 
-    async def send_checkpoint(self, session_id: str, payload: bytes, expected: int | None) -> asyncio.Future[int]:
-        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    async def send_checkpoint(self, session_id: str, payload: bytes, expected: int | None) -> KeptAck:
+        future = KeptAck()
         self.sent.append((payload, expected))
         self.pending.append((future, payload, expected))
         return future
@@ -33,8 +34,8 @@ class FakeBroker:
                 future.set_result(self.last)
         self.pending.clear()
 
-    async def checkpoint_acked(self, session_id: str, acked: asyncio.Future[int], expected: int | None) -> int:
-        return await acked
+    async def checkpoint_acked(self, session_id: str, acked: KeptAck, expected: int | None) -> int:
+        return await acked.result(10.0)
 
 
 async def test_each_checkpoint_is_sent_at_once_and_fenced_on_the_previous_ones_ack() -> None:
@@ -107,3 +108,12 @@ async def test_a_cancelled_wait_keeps_the_ack_for_the_next_settle() -> None:
     broker.ack_all()
     await chain.settle()
     assert chain.seq == 10
+
+
+async def test_an_ack_that_never_comes_fails_the_wait_within_the_timeout() -> None:
+    # MQ-3: a checkpoint the broker never answers is not waited for forever; the runner reloads.
+    acked = KeptAck()
+    with pytest.raises(TimeoutError):
+        await acked.result(0.05)
+    acked.set_result(5)  # a late ack: the next wait has it
+    assert await acked.result(0.05) == 5
