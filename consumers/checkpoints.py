@@ -73,6 +73,7 @@ class CheckpointChain:
         except asyncio.CancelledError:
             raise
         except BaseException:
+            acked.cancel()  # unanswered: a late ack is ignored and the ack table forgets it
             self._inflight = None  # refused or unanswered: reported once; the runner reloads
             raise
         self._inflight = None

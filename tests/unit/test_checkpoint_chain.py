@@ -15,6 +15,7 @@ class FakeBroker:
     """Stores checkpoints of one subject; refuses a fence that is not the last stored sequence."""
 
     def __init__(self) -> None:
+        self.timeout_s = 10.0
         self.last = 0
         self.sent: list[tuple[bytes, int | None]] = []
         self.pending: list[tuple[KeptAck, bytes, int | None]] = []
@@ -35,7 +36,7 @@ class FakeBroker:
         self.pending.clear()
 
     async def checkpoint_acked(self, session_id: str, acked: KeptAck, expected: int | None) -> int:
-        return await acked.result(10.0)
+        return await acked.result(self.timeout_s)
 
 
 async def test_each_checkpoint_is_sent_at_once_and_fenced_on_the_previous_ones_ack() -> None:
@@ -117,3 +118,18 @@ async def test_an_ack_that_never_comes_fails_the_wait_within_the_timeout() -> No
         await acked.result(0.05)
     acked.set_result(5)  # a late ack: the next wait has it
     assert await acked.result(0.05) == 5
+
+
+async def test_an_unanswered_checkpoint_is_given_up_so_the_ack_table_forgets_it() -> None:
+    # StreamAcks keeps an ack's waiter until it is answered or done: a chain that stopped waiting
+    # (timeout) marks it done, so the sweep drops it instead of holding it for the process's life.
+    broker = FakeBroker()
+    broker.timeout_s = 0.05
+    chain = CheckpointChain("s", broker)
+    chain.reset(0)
+    await chain.publish(b"never answered")
+    with pytest.raises(TimeoutError):
+        await chain.settle()
+    ack = broker.pending[0][0]
+    assert ack.done()
+    await chain.settle()  # nothing in flight any more
