@@ -22,20 +22,19 @@ import time
 from typing import TYPE_CHECKING, Protocol
 
 from consumers.deadline import Deadline
+from consumers.publisher import KeptAck
 
 if TYPE_CHECKING:
     from consumers.metrics import Metrics
 
 
 class CheckpointPublisher(Protocol):
-    timeout_s: float  # how long an ack is waited for
+    """Sends checkpoints; their acks are ``KeptAck``s, which a cancelled wait leaves for the next one."""
 
-    async def send_checkpoint(
-        self, session_id: str, payload: bytes, expected_last_seq: int | None
-    ) -> asyncio.Future[int]: ...
+    async def send_checkpoint(self, session_id: str, payload: bytes, expected_last_seq: int | None) -> KeptAck: ...
 
     async def checkpoint_acked(
-        self, session_id: str, acked: asyncio.Future[int], expected_last_seq: int | None
+        self, session_id: str, acked: KeptAck, expected_last_seq: int | None, deadline: Deadline | None = None
     ) -> int: ...
 
 
@@ -47,14 +46,13 @@ class CheckpointChain:
         self._pub = publisher
         self._metrics = metrics
         self._sent_at = 0.0
-        self._inflight: tuple[asyncio.Future[int], int | None] | None = None
-        self._deadline = Deadline()  # the ack wait's timeout
+        self._inflight: tuple[KeptAck, int | None] | None = None
+        self._deadline = Deadline()  # the ack wait's timeout, one timer across the waits
         self.seq: int | None = None  # subject sequence of the last acknowledged checkpoint
 
     def reset(self, seq: int | None) -> None:
         """Continue from the stored checkpoint at ``seq`` (after a load); an unacked one is dropped."""
         self._drop_inflight()
-        self._deadline.close()
         self.seq = seq
 
     async def publish(self, payload: bytes, *, barrier: bool = False) -> None:
@@ -74,52 +72,20 @@ class CheckpointChain:
             return
         acked, fence = self._inflight
         try:
-            if not acked.done():
-                acked = await self._settled(acked)
-            self.seq = await self._pub.checkpoint_acked(self._session_id, acked, fence)
+            # A cancelled waiter (shutdown) leaves the ack to the next ``settle`` (a ``KeptAck``).
+            self.seq = await self._pub.checkpoint_acked(self._session_id, acked, fence, self._deadline)
         except asyncio.CancelledError:
             raise
         except BaseException:
+            acked.cancel()  # unanswered: a late ack is ignored and the ack table forgets it
             self._inflight = None  # refused or unanswered: reported once; the runner reloads
             raise
         self._inflight = None
         if self._metrics is not None:
             self._metrics.checkpoint_publish.observe(time.monotonic() - self._sent_at)
 
-    async def _settled(self, acked: asyncio.Future[int]) -> asyncio.Future[int]:
-        """``acked`` once it is done, or a future failed with ``TimeoutError`` after the publisher's timeout.
-
-        ``acked`` itself is never cancelled: a cancelled waiter (shutdown) leaves the ack to the next
-        ``settle``, as ``asyncio.shield`` would. One waiter future, and the chain's ``Deadline`` for the
-        timeout, instead of a shield's outer future and callbacks plus an ``asyncio.timeout`` (a timer
-        armed and cancelled) around it, two waits a message.
-        """
-        loop = asyncio.get_running_loop()
-        waiter: asyncio.Future[None] = loop.create_future()
-
-        def wake(_done: object = None) -> None:
-            if not waiter.done():
-                waiter.set_result(None)
-
-        acked.add_done_callback(wake)
-        self._deadline.start(self._pub.timeout_s, wake)
-        try:
-            await waiter
-        finally:
-            self._deadline.stop()
-            acked.remove_done_callback(wake)
-        if acked.done():
-            return acked
-        timed_out: asyncio.Future[int] = loop.create_future()
-        timed_out.set_exception(TimeoutError())
-        return timed_out
-
     def _drop_inflight(self) -> None:
-        """A dropped checkpoint's failure is not an error of its own (the reload handles it): a pending
-        ack is cancelled, a failed one retrieved (no "exception never retrieved" at collection). One
-        that fails after a settle gave up on it is retrieved by the publisher (``StreamAcks._fail``)."""
         if self._inflight is not None:
-            acked = self._inflight[0]
-            if not acked.cancel() and not acked.cancelled():
-                acked.exception()
+            self._inflight[0].cancel()
             self._inflight = None
+

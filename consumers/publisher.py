@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 from nats.aio.client import Client
-from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.errors import APIError, NoStreamResponseError, NotFoundError
 
+from consumers.buffered_publish import BufferedPublish, header_block, subject_bytes
 from consumers.dead_letters import dead_letter_payload
+from consumers.deadline import Deadline
+from consumers.inline_delivery import subscribe_inline
 from core.errors import CheckpointFailed, SubjectTooLong
 from schemas.subjects import Subjects
 from schemas.wire import OutboundReply
@@ -27,6 +30,89 @@ NO_RESPONDERS = "503"
 MAX_CONTROL_LINE_BYTES = 4096
 CONTROL_LINE_RESERVE_BYTES = 64
 SWEEP_MIN = 1024  # unanswered acks kept before the given-up ones are swept
+# header_block({"Nats-Expected-Last-Subject-Sequence": str(seq)}), formatted with the sequence in one step
+FENCE_HEADER = b"NATS/1.0\r\nNats-Expected-Last-Subject-Sequence: %d\r\n\r\n"
+
+
+class AckWaiter(Protocol):
+    """What an ack resolves: an ``asyncio.Future[int]`` or a ``KeptAck``."""
+
+    def done(self) -> bool: ...
+
+    def set_result(self, result: int, /) -> None: ...
+
+    def set_exception(self, exception: BaseException, /) -> None: ...
+
+    def exception(self) -> BaseException | None: ...
+
+
+class KeptAck:
+    """The ack of one publish, resolved in place by the ack handler and kept when the task waiting
+    for it is cancelled (shutdown): the next ``result`` finds it. What ``asyncio.shield`` around a
+    future gave, without its second future and loop callback, and with one timer per wait."""
+
+    __slots__ = ("_done", "_error", "_seq", "_waiter")
+
+    def __init__(self) -> None:
+        self._done = False
+        self._seq = 0
+        self._error: BaseException | None = None
+        self._waiter: asyncio.Future[None] | None = None
+
+    def done(self) -> bool:
+        return self._done
+
+    def set_result(self, result: int, /) -> None:
+        if not self._done:
+            self._done, self._seq = True, result
+            self._wake()
+
+    def set_exception(self, exception: BaseException, /) -> None:
+        if not self._done:
+            self._done, self._error = True, exception
+            self._wake()
+
+    def exception(self) -> BaseException | None:
+        return self._error
+
+    def cancel(self) -> None:
+        """Given up on (the chain reloaded): a late ack is ignored, the ack table forgets it."""
+        self.set_exception(asyncio.CancelledError())
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def result(self, timeout_s: float, deadline: Deadline | None = None) -> int:
+        """The stream sequence; the broker's refusal raised; TimeoutError when no ack came within ``timeout_s``.
+
+        With ``deadline`` (a checkpoint chain's, kept across its waits) the timeout re-uses its timer
+        instead of arming and cancelling one per wait."""
+        if not self._done:
+            loop = asyncio.get_running_loop()
+            self._waiter = waiter = loop.create_future()
+            timer = None
+            if deadline is None:
+                timer = loop.call_later(timeout_s, _expire, waiter)
+            else:
+                deadline.start(timeout_s, functools.partial(_expire, waiter))
+            try:
+                await waiter
+            finally:
+                if timer is not None:
+                    timer.cancel()
+                elif deadline is not None:
+                    deadline.stop()
+                self._waiter = None
+        if self._error is not None:
+            raise self._error
+        return self._seq
+
+
+def _expire(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_exception(TimeoutError())
 
 
 class StreamAcks:
@@ -34,68 +120,76 @@ class StreamAcks:
 
     What ``JetStreamContext.publish_async`` does, without its per-publish costs on this hot
     path (a semaphore wait wrapped in a task and random bytes for every reply token; a
-    turn makes ~10 publishes): one wildcard inbox, an integer token per publish, the ack
+    turn makes ~10 publishes): one wildcard inbox whose acks are handled in the client's
+    read loop (``consumers/inline_delivery.py``), an integer token per publish written
+    straight into the connection's buffer (``consumers/buffered_publish.py``), the ack
     parsed with orjson into the stream sequence. Errors are nats-py's own (``APIError``
     with the server's ``err_code``; ``NoStreamResponseError`` when no stream listens).
     """
 
     def __init__(self, nc: Client) -> None:
         self._nc = nc
-        self._prefix = ""
+        self.wire = BufferedPublish(nc)
+        self._prefix = b""
         self._next = 0
         # token -> (the future of its ack, or None when nobody waits for it; log a refusal)
-        self._waiting: dict[str, tuple[asyncio.Future[int] | None, bool]] = {}
+        self._waiting: dict[int, tuple[AckWaiter | None, bool]] = {}
         self._sweep_at = SWEEP_MIN
 
     async def _ensure_inbox(self) -> None:
+        """The ack subscription, made on the first publish."""
         if not self._prefix:
             prefix = f"{self._nc.new_inbox()}."
-            await self._nc.subscribe(prefix + "*", cb=self._on_reply)
-            self._prefix = prefix
+            await subscribe_inline(self._nc, prefix + "*", self._on_ack)
+            self._prefix = prefix.encode()
 
     async def send(
-        self, subject: str, payload: bytes, headers: dict[str, str] | None = None, *, log_failure: bool = False
+        self, subject: str, payload: bytes, header: bytes | None = None, *, log_failure: bool = False
     ) -> asyncio.Future[int]:
         """Publish now; the future resolves to the stored message's stream sequence.
 
-        ``log_failure``: a refusal is logged here (pipelined publishes, whose callers only
-        learn that one of a batch failed). SubjectTooLong (nothing sent) when the subject
-        would not fit the server's control line.
+        ``header``: a header block (``buffered_publish.header_block``). ``log_failure``: a
+        refusal is logged here (pipelined publishes, whose callers only learn that one of a
+        batch failed). SubjectTooLong (nothing sent) when the subject would not fit the
+        server's control line.
         """
-        token = await self._token(subject)
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        await self._send(token, future, subject, payload, headers, log_failure)
+        await self.send_to(future, subject, payload, header, log_failure=log_failure)
         return future
 
-    async def send_unwatched(self, subject: str, payload: bytes, headers: dict[str, str] | None = None) -> None:
+    async def send_unwatched(self, subject: str, payload: bytes, header: bytes | None = None) -> None:
         """Publish now with an ack nobody waits for (no future): a refusal is only logged."""
-        await self._send(await self._token(subject), None, subject, payload, headers, True)
+        await self.send_to(None, subject, payload, header, log_failure=True)
 
-    async def _token(self, subject: str) -> str:
-        """The next reply token; SubjectTooLong when ``subject`` would not fit the control line."""
+    async def send_to(
+        self, waiter: AckWaiter | None, subject: str, payload: bytes, header: bytes | None = None,
+        *, log_failure: bool = False,
+    ) -> None:
+        """``send`` whose ack resolves ``waiter`` (a future, a ``KeptAck``, or None: nobody waits)."""
         if not self._prefix:
             await self._ensure_inbox()
-        self._next += 1
-        token = str(self._next)
-        line = len(subject.encode()) + len(self._prefix) + len(token) + CONTROL_LINE_RESERVE_BYTES
-        if line > MAX_CONTROL_LINE_BYTES:
-            raise SubjectTooLong(f"subject of {len(subject.encode())} bytes does not fit the server's control line")
-        return token
-
-    async def _send(
-        self, token: str, future: asyncio.Future[int] | None, subject: str, payload: bytes,
-        headers: dict[str, str] | None, log_failure: bool,
-    ) -> None:
-        if len(self._waiting) >= self._sweep_at:
-            self._sweep()
-        # No done-callbacks on the hot path (each costs a loop callback when the ack lands): the
-        # reply handler forgets the token; a future given up on (cancelled) is swept later.
-        self._waiting[token] = (future, log_failure)
+        subj, reply, token = self._register(subject, waiter, log_failure)
         try:
-            await self._nc.publish(subject, payload, reply=self._prefix + token, headers=headers)
+            await self.wire.publish(subj, payload, reply, header)
         except BaseException:
             self._waiting.pop(token, None)  # not sent (or not known to be): no ack will name it
             raise
+
+    def _register(self, subject: str, waiter: AckWaiter | None, log_failure: bool) -> tuple[bytes, bytes, int]:
+        """The encoded subject, the reply and the token of the next publish, its ack now awaited.
+        SubjectTooLong when the subject would not fit the control line."""
+        subj = subject_bytes(subject)
+        self._next += 1
+        token = self._next
+        reply = b"%b%d" % (self._prefix, token)
+        if len(subj) + len(reply) + CONTROL_LINE_RESERVE_BYTES > MAX_CONTROL_LINE_BYTES:
+            raise SubjectTooLong(f"subject of {len(subj)} bytes does not fit the server's control line")
+        if len(self._waiting) >= self._sweep_at:
+            self._sweep()
+        # No done-callbacks on the hot path (each costs a loop callback when the ack lands): the
+        # ack handler forgets the token; a future given up on (cancelled) is swept later.
+        self._waiting[token] = (waiter, log_failure)
+        return subj, reply, token
 
     def _sweep(self) -> None:
         """Forget acks nobody waits for any more (cancelled after a timeout; unwatched ones not
@@ -103,22 +197,27 @@ class StreamAcks:
         self._waiting = {t: w for t, w in self._waiting.items() if w[0] is not None and not w[0].done()}
         self._sweep_at = max(SWEEP_MIN, 2 * len(self._waiting))
 
-    async def _on_reply(self, msg: Msg) -> None:
-        waiting = self._waiting.pop(msg.subject[len(self._prefix):], None)
+    def _on_ack(self, subject: bytes, data: bytes, headers: dict[str, str] | None) -> None:
+        """An ack, in the client's read loop: resolve (or fail) its publish's future."""
+        try:
+            token = int(subject[len(self._prefix):])
+        except ValueError:
+            return
+        waiting = self._waiting.pop(token, None)
         if waiting is None:
             return
         future, log_failure = waiting
         if future is None:
             if log_failure:
-                self._log_refusal(msg)
+                self._log_refusal(data, headers)
             return
         if future.done():
             return
-        if msg.headers and msg.headers.get("Status") == NO_RESPONDERS:
+        if headers and headers.get("Status") == NO_RESPONDERS:
             self._fail(future, NoStreamResponseError(), log_failure)
             return
         try:
-            ack = orjson.loads(msg.data)
+            ack = orjson.loads(data)
         except orjson.JSONDecodeError as exc:
             self._fail(future, exc, log_failure)
             return
@@ -131,13 +230,13 @@ class StreamAcks:
             future.set_result(int(ack.get("seq", 0)))
 
     @staticmethod
-    def _log_refusal(msg: Msg) -> None:
+    def _log_refusal(data: bytes, headers: dict[str, str] | None) -> None:
         """An unwatched publish's ack: log it when it says the publish was not stored."""
-        if msg.headers and msg.headers.get("Status") == NO_RESPONDERS:
+        if headers and headers.get("Status") == NO_RESPONDERS:
             log.error("a pipelined publish was not acknowledged: %r", NoStreamResponseError())
             return
         try:
-            ack = orjson.loads(msg.data)
+            ack = orjson.loads(data)
         except orjson.JSONDecodeError as exc:
             log.error("a pipelined publish was not acknowledged: %r", exc)
             return
@@ -145,7 +244,7 @@ class StreamAcks:
             log.error("a pipelined publish was not acknowledged: %r", ack["error"])
 
     @staticmethod
-    def _fail(future: asyncio.Future[int], exc: Exception, log_failure: bool) -> None:
+    def _fail(future: AckWaiter, exc: Exception, log_failure: bool) -> None:
         if log_failure:
             log.error("a pipelined publish was not acknowledged: %r", exc)
         future.set_exception(exc)
@@ -167,13 +266,6 @@ class Publisher:
         self._nc = nc
         self._acks = StreamAcks(nc)
 
-    async def _publish_pipelined(
-        self, subject: str, payload: bytes, headers: dict[str, str] | None = None
-    ) -> asyncio.Future[Any]:
-        """Send now, collect the ack later (``settle``): publishes keep their order on the connection
-        and a turn does not wait one broker round trip (and fsync) per event. A refusal is logged."""
-        return await self._acks.send(subject, payload, headers, log_failure=True)
-
     async def settle(self, futures: list[asyncio.Future[Any]]) -> bool:
         """Wait for the acks of ``futures``; False if any failed or did not come within ``timeout_s``."""
         pending = [f for f in futures if not f.done()]
@@ -190,25 +282,23 @@ class Publisher:
                 ok = False
         return ok
 
-    async def send_checkpoint(
-        self, session_id: str, payload: bytes, expected_last_seq: int | None
-    ) -> asyncio.Future[int]:
+    async def send_checkpoint(self, session_id: str, payload: bytes, expected_last_seq: int | None) -> KeptAck:
         """Send a checkpoint fenced on ``expected_last_seq``; ``checkpoint_acked`` awaits its ack."""
-        headers = None
-        if expected_last_seq is not None:
-            headers = {"Nats-Expected-Last-Subject-Sequence": str(expected_last_seq)}
+        header = None if expected_last_seq is None else FENCE_HEADER % expected_last_seq
+        acked = KeptAck()
         try:
-            return await self._acks.send(self.subjects.checkpoint(session_id), payload, headers)
+            await self._acks.send_to(acked, self.subjects.checkpoint(session_id), payload, header)
         except Exception as exc:
             raise CheckpointFailed(f"checkpoint for {session_id!r} not sent: {exc!r}") from exc
+        return acked
 
-    async def checkpoint_acked(self, session_id: str, acked: asyncio.Future[int], expected_last_seq: int | None) -> int:
-        """The stored checkpoint's subject sequence; CheckpointFailed if the broker refused or never answered."""
+    async def checkpoint_acked(
+        self, session_id: str, acked: KeptAck, expected_last_seq: int | None, deadline: Deadline | None = None
+    ) -> int:
+        """The stored checkpoint's subject sequence; CheckpointFailed if the broker refused or never answered
+        within ``timeout_s``. A cancelled wait leaves the ack to the next call."""
         try:
-            if acked.done():  # usually: the ack came while the turn went on
-                return acked.result()
-            async with asyncio.timeout(self.timeout_s):
-                return await acked
+            return await acked.result(self.timeout_s, deadline)
         except APIError as exc:
             if exc.err_code == WRONG_LAST_SEQUENCE:
                 raise CheckpointFailed(
@@ -227,9 +317,11 @@ class Publisher:
         return int(msg.seq or 0), bytes(msg.data or b"")
 
     async def emit(self, session_id: str | None, event_type: str, data: dict[str, Any]) -> asyncio.Future[Any]:
-        """Publish an event (wire model ``schemas.wire.Event``) on ``<prefix>.events.<sid>.<type>``; pipelined."""
+        """Publish an event (wire model ``schemas.wire.Event``) on ``<prefix>.events.<sid>.<type>``; pipelined:
+        sent now, its ack collected later (``settle``), so publishes keep their order on the connection and
+        a turn does not wait one broker round trip (and fsync) per event. A refusal is logged."""
         event = {"type": event_type, "session_id": session_id, "at": time.time(), "data": data}
-        return await self._publish_pipelined(self.subjects.event(session_id, event_type), orjson.dumps(event))
+        return await self._acks.send(self.subjects.event(session_id, event_type), orjson.dumps(event), log_failure=True)
 
     async def emit_unwatched(self, session_id: str | None, event_type: str, data: dict[str, Any]) -> None:
         """``emit`` whose ack nobody waits for (no future is made); a refusal is logged."""
@@ -239,15 +331,16 @@ class Publisher:
     async def outbound(self, platform: str, reply: OutboundReply) -> asyncio.Future[Any]:
         """Publish a reply with ``Nats-Msg-Id`` = ``<sid>:<turn>:<seq>`` (a resumed turn cannot duplicate it); pipelined."""
         msg_id = f"{reply.session_id}:{reply.turn_id}:{reply.seq}"
-        return await self._publish_pipelined(
+        return await self._acks.send(
             self.subjects.outbound(platform, reply.session_id),
             orjson.dumps(reply.model_dump()),
-            headers={"Nats-Msg-Id": msg_id},
+            header_block({"Nats-Msg-Id": msg_id}),
+            log_failure=True,
         )
 
     async def ephemeral(self, subject: str, payload: bytes) -> None:
         """Publish on core NATS only (no stream stores it, no ack): turn progress (``consumers/turn_stream.py``)."""
-        await self._nc.publish(subject, payload)
+        await self._acks.wire.publish(subject_bytes(subject), payload)
 
     async def dead_letter(
         self, subject: str, raw: bytes, headers: dict[str, str] | None, code: str, message: str,

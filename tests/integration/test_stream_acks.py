@@ -9,7 +9,9 @@ import pytest
 from nats.aio.client import Client
 from nats.js.errors import APIError, NoStreamResponseError
 
-from consumers.publisher import WRONG_LAST_SEQUENCE, StreamAcks
+from consumers.publisher import FENCE_HEADER, WRONG_LAST_SEQUENCE, Publisher, StreamAcks
+from core.errors import CheckpointFailed
+from schemas.subjects import Subjects
 
 
 async def test_acks_carry_the_sequence_a_stale_fence_is_refused_and_no_stream_is_an_error(nc: Client) -> None:
@@ -22,11 +24,34 @@ async def test_acks_carry_the_sequence_a_stale_fence_is_refused_and_no_stream_is
     first = await (await acks.send(f"{name}.a", b"one"))
     pipelined = [await acks.send(f"{name}.b", str(i).encode()) for i in range(20)]
     assert await asyncio.gather(*pipelined) == list(range(first + 1, first + 21))
-    fenced = await (await acks.send(f"{name}.a", b"two", {"Nats-Expected-Last-Subject-Sequence": str(first)}))
+    fenced = await (await acks.send(f"{name}.a", b"two", FENCE_HEADER % first))
     assert fenced == first + 21
     with pytest.raises(APIError) as refused:
-        await (await acks.send(f"{name}.a", b"stale", {"Nats-Expected-Last-Subject-Sequence": str(first)}))
+        await (await acks.send(f"{name}.a", b"stale", FENCE_HEADER % first))
     assert refused.value.err_code == WRONG_LAST_SEQUENCE
     with pytest.raises(NoStreamResponseError):
         await asyncio.wait_for(await acks.send(f"nostream-{uuid.uuid4().hex[:6]}", b"x"), 5)
     await js.delete_stream(name)
+
+
+async def test_a_checkpoint_ack_is_kept_when_its_waiter_is_cancelled_and_a_stale_fence_fails(nc: Client) -> None:
+    # MQ-3 through the Publisher: the fenced checkpoint's ack (a KeptAck) survives a cancelled wait
+    # (shutdown), and a checkpoint fenced on an old sequence is CheckpointFailed.
+    subjects = Subjects(prefix=f"ka{uuid.uuid4().hex[:6]}")
+    js = nc.jetstream()
+    spec = next(s for s in subjects.streams() if s.name == subjects.checkpoint_stream)
+    await js.add_stream(name=spec.name, subjects=list(spec.subjects))
+    pub = Publisher(nc, js, subjects, timeout_s=5.0)
+    first = await pub.send_checkpoint("s-1", b"{}", None)
+    waiting = asyncio.ensure_future(pub.checkpoint_acked("s-1", first, None))
+    await asyncio.sleep(0)  # waiting (the ack is a broker round trip away)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    seq = await pub.checkpoint_acked("s-1", first, None)
+    assert seq == 1
+    assert await pub.checkpoint_acked("s-1", await pub.send_checkpoint("s-1", b"{}", seq), seq) == 2
+    stale = await pub.send_checkpoint("s-1", b"{}", seq)
+    with pytest.raises(CheckpointFailed, match="another worker"):
+        await pub.checkpoint_acked("s-1", stale, seq)
+    await js.delete_stream(spec.name)

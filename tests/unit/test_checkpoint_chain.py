@@ -7,6 +7,8 @@ import asyncio
 import pytest
 
 from consumers.checkpoints import CheckpointChain
+from consumers.deadline import Deadline
+from consumers.publisher import KeptAck
 from core.errors import CheckpointFailed
 from tests.loop_counts import TimerCount
 
@@ -14,15 +16,14 @@ from tests.loop_counts import TimerCount
 class FakeBroker:
     """Stores checkpoints of one subject; refuses a fence that is not the last stored sequence."""
 
-    timeout_s = 10.0
-
     def __init__(self) -> None:
+        self.timeout_s = 10.0
         self.last = 0
         self.sent: list[tuple[bytes, int | None]] = []
-        self.pending: list[tuple[asyncio.Future[int], bytes, int | None]] = []
+        self.pending: list[tuple[KeptAck, bytes, int | None]] = []
 
-    async def send_checkpoint(self, session_id: str, payload: bytes, expected: int | None) -> asyncio.Future[int]:
-        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    async def send_checkpoint(self, session_id: str, payload: bytes, expected: int | None) -> KeptAck:
+        future = KeptAck()
         self.sent.append((payload, expected))
         self.pending.append((future, payload, expected))
         return future
@@ -36,8 +37,10 @@ class FakeBroker:
                 future.set_result(self.last)
         self.pending.clear()
 
-    async def checkpoint_acked(self, session_id: str, acked: asyncio.Future[int], expected: int | None) -> int:
-        return await acked
+    async def checkpoint_acked(
+        self, session_id: str, acked: KeptAck, expected: int | None, deadline: Deadline | None = None
+    ) -> int:
+        return await acked.result(self.timeout_s, deadline)
 
 
 async def test_each_checkpoint_is_sent_at_once_and_fenced_on_the_previous_ones_ack() -> None:
@@ -112,20 +115,28 @@ async def test_a_cancelled_wait_keeps_the_ack_for_the_next_settle() -> None:
     assert chain.seq == 10
 
 
-async def test_an_unanswered_checkpoint_fails_the_settle_after_the_publishers_timeout() -> None:
-    # MQ-3: a checkpoint the broker never answers is not taken as stored; the wait ends after the
-    # publisher's ack timeout and the chain has nothing in flight any more (the runner reloads).
+async def test_an_ack_that_never_comes_fails_the_wait_within_the_timeout() -> None:
+    # MQ-3: a checkpoint the broker never answers is not waited for forever; the runner reloads.
+    acked = KeptAck()
+    with pytest.raises(TimeoutError):
+        await acked.result(0.05)
+    acked.set_result(5)  # a late ack: the next wait has it
+    assert await acked.result(0.05) == 5
+
+
+async def test_an_unanswered_checkpoint_is_given_up_so_the_ack_table_forgets_it() -> None:
+    # StreamAcks keeps an ack's waiter until it is answered or done: a chain that stopped waiting
+    # (timeout) marks it done, so the sweep drops it instead of holding it for the process's life.
     broker = FakeBroker()
     broker.timeout_s = 0.05
     chain = CheckpointChain("s", broker)
     chain.reset(0)
-    await chain.publish(b"unanswered")
-    acked = broker.pending[0][0]
+    await chain.publish(b"never answered")
     with pytest.raises(TimeoutError):
         await chain.settle()
-    assert not acked.cancelled()  # the ack itself is left alone (swept by the publisher)
-    await chain.settle()  # nothing in flight
-    assert chain.seq == 0
+    ack = broker.pending[0][0]
+    assert ack.done()
+    await chain.settle()  # nothing in flight any more
 
 
 async def test_waiting_for_the_acks_of_many_checkpoints_arms_no_timer_per_wait() -> None:
@@ -144,4 +155,3 @@ async def test_waiting_for_the_acks_of_many_checkpoints_arms_no_timer_per_wait()
             await settling
     assert chain.seq == 300
     assert timers.armed <= 2, timers.armed
-

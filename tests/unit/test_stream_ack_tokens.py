@@ -7,36 +7,45 @@ from typing import Any
 
 import orjson
 import pytest
+from nats.aio.client import Client
 from nats.js.errors import APIError
 
 from consumers.publisher import SWEEP_MIN, StreamAcks
 
 
-class FakeMsg:
-    def __init__(self, subject: str, data: bytes) -> None:
-        self.subject = subject
-        self.data = data
-        self.headers: dict[str, str] | None = None
+class FakeSub:
+    _id = 1
 
 
 class FakeClient:
-    """Records publishes; the test answers them through the reply subscription's callback."""
+    """A connected client that records publishes; the test answers them as the read loop would
+    (``_process_msg`` with the reply subject as bytes)."""
+
+    _status = Client.CONNECTED
+    _max_payload = 1 << 20
+    _flush_queue = None
 
     def __init__(self) -> None:
-        self.sent: list[str] = []  # reply subjects, in publish order
-        self.cb: Any = None
+        self.sent: list[bytes] = []  # reply subjects, in publish order
+        self.stats = {"in_msgs": 0, "in_bytes": 0, "out_msgs": 0, "out_bytes": 0}
 
     def new_inbox(self) -> str:
         return "_INBOX.test"
 
-    async def subscribe(self, subject: str, cb: Any) -> None:
-        self.cb = cb
+    async def subscribe(self, subject: str) -> FakeSub:
+        return FakeSub()
 
-    async def publish(self, subject: str, payload: bytes, reply: str = "", headers: Any = None) -> None:
-        self.sent.append(reply)
+    async def _process_msg(self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes) -> None:
+        raise AssertionError("an ack took nats-py's path")
 
-    async def ack(self, reply: str, body: dict[str, Any]) -> None:
-        await self.cb(FakeMsg(reply, orjson.dumps(body)))
+    async def _process_headers(self, headers: bytes) -> None:
+        return None
+
+    async def _send_command(self, cmd: bytes) -> None:
+        self.sent.append(cmd.split(b" ")[2])
+
+    async def ack(self, reply: bytes, body: dict[str, Any]) -> None:
+        await self._process_msg(FakeSub._id, reply, b"", orjson.dumps(body), None)
 
 
 async def test_an_ack_resolves_its_publish_and_is_forgotten() -> None:
