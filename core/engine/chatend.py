@@ -9,9 +9,9 @@ named ``turnstile``.
 
 from __future__ import annotations
 
-import operator
 from array import array
 from collections import OrderedDict
+from itertools import chain
 from typing import Any
 
 import orjson
@@ -43,11 +43,13 @@ class TranscriptMemo:
     ``projection_json`` (the projected messages' JSON, comma-joined) and ``chatend_json`` (the
     blocks joined by a blank line, JSON-escaped, without quotes); a checkpoint copies each
     once. ``ends`` holds, per item, where its part of each ends, so a rewritten transcript (a
-    compaction) cuts them back to the unchanged prefix.
+    compaction) cuts them back to the unchanged prefix; ``sizes`` holds, per item, the running
+    totals of the messages' content characters and of the blocks' characters, so a turn reads
+    the prompt's size without walking the conversation.
     """
 
-    __slots__ = ("block_starts", "blocks", "chatend_json", "ends", "items", "messages", "projection_json", "source",
-                 "transcript_json")
+    __slots__ = ("block_starts", "blocks", "chatend_json", "ends", "items", "messages", "projection_json", "sizes",
+                 "source", "transcript_json")
 
     def __init__(self, source: list[TranscriptItem]) -> None:
         self.source = source
@@ -59,13 +61,22 @@ class TranscriptMemo:
         self.projection_json = bytearray()
         self.chatend_json = bytearray()
         self.ends = array("Q")  # per item: the lengths of the three after it (3 entries an item)
+        self.sizes = array("Q")  # per item: content and block characters up to and with it (2 entries an item)
+
+    @property
+    def content_chars(self) -> int:
+        """Characters of all projected messages' string contents (what a prompt-size estimate counts)."""
+        return self.sizes[-2] if self.sizes else 0
 
     def sync(self, transcript: list[TranscriptItem]) -> None:
-        # Transcript items are never edited in place, so item identity marks the reusable prefix.
+        # Transcript items are never edited in place, and a transcript list changes only at its
+        # ends (the reducer appends; a compaction makes a new list, or a test rewrites the head
+        # or cuts the tail), so item identity at both ends of the memo marks the reusable
+        # prefix: checked in O(1) per sync, not by walking the conversation at every checkpoint.
         items = self.items
         limit = min(len(items), len(transcript))
-        if all(map(operator.is_, items, transcript)):  # the usual case (only appended), checked at C speed
-            same = limit
+        if not items or (limit == len(items) and transcript[0] is items[0] and transcript[limit - 1] is items[-1]):
+            same = limit  # the usual case: only appended
         else:
             same = 0
             while same < limit and items[same] is transcript[same]:
@@ -73,8 +84,10 @@ class TranscriptMemo:
         if same < len(items):
             del self.blocks[self.block_starts[same]:]
             del items[same:], self.messages[same:], self.block_starts[same:], self.ends[3 * same:]
+            del self.sizes[2 * same:]
             t_end, p_end, c_end = self.ends[-3:] if self.ends else (0, 0, 0)
             del self.transcript_json[t_end:], self.projection_json[p_end:], self.chatend_json[c_end:]
+        content_chars, block_chars = self.sizes[-2:] if self.sizes else (0, 0)
         for item in transcript[same:]:
             projected = _project_item(item)
             items.append(item)
@@ -88,7 +101,11 @@ class TranscriptMemo:
                     self.chatend_json += b"\\n\\n"
                 self.blocks.append(block)
                 self.chatend_json += orjson.dumps(block)[1:-1]
+                content = m.get("content")
+                content_chars += len(content) if isinstance(content, str) else 0
+                block_chars += len(block)
             self.ends.extend((len(self.transcript_json), len(self.projection_json), len(self.chatend_json)))
+            self.sizes.extend((content_chars, block_chars))
 
 
 def _join_onto(joined: bytearray, part: bytes) -> None:
@@ -123,16 +140,32 @@ def forget_memo(transcript: list[TranscriptItem]) -> None:
 def project_messages(transcript: list[TranscriptItem]) -> list[dict[str, Any]]:
     """The structured projection: chat messages for every model-visible transcript item.
 
-    Each message is a fresh dict (callers may change it); the per-item work is memoised,
-    so projecting a growing transcript on every checkpoint costs only its new items.
+    The per-item work is memoised, so projecting a growing transcript costs only its new
+    items; see ``memo_messages`` for what a caller may change.
     """
-    memo = memo_for(transcript)
-    return [dict(m) for group in memo.messages for m in group]
+    return memo_messages(memo_for(transcript))
+
+
+def memo_messages(memo: TranscriptMemo) -> list[dict[str, Any]]:
+    """The projection of a synced memo: a fresh list of the memo's own message dicts.
+
+    The list is the caller's; the messages are shared with the memo (and with every later
+    projection of the transcript), so they are read-only, like the transcript items they
+    come from: copying them per model call made a turn cost O(conversation) in Python.
+    """
+    return list(chain.from_iterable(memo.messages))
 
 
 def transcript_chatend_text(system_prompt: str, transcript: list[TranscriptItem]) -> str:
     """``chatend_text(system_prompt, project_messages(transcript))``, from memoised blocks."""
     return memo_chatend_text(system_prompt, memo_for(transcript))
+
+
+def memo_chatend_chars(system_prompt: str, memo: TranscriptMemo) -> int:
+    """``len(memo_chatend_text(system_prompt, memo))``, from the memo's running sizes."""
+    head = len(f"[system]\n{system_prompt}\n\n")
+    blocks = len(memo.blocks)
+    return head + (memo.sizes[-1] + 2 * (blocks - 1) + 1 if blocks else 0)
 
 
 def memo_chatend_text(system_prompt: str, memo: TranscriptMemo) -> str:

@@ -11,7 +11,7 @@ from its result. The newest items kept aim at half the window.
 
 from __future__ import annotations
 
-from core.engine.chatend import project_messages, render_messages, transcript_chatend_text
+from core.engine.chatend import memo_chatend_chars, memo_for, project_messages, render_messages
 from core.engine.drafts import Checkpoint
 from core.engine.journal import EntryKind
 from core.engine.session_port import SessionPort
@@ -22,8 +22,9 @@ KEEP_FRACTION = 0.5
 
 
 def projected_tokens(system_prompt: str, transcript: list[TranscriptItem]) -> int:
-    """Estimated tokens of the context the model would receive."""
-    return estimate_tokens(transcript_chatend_text(system_prompt, transcript))
+    """Estimated tokens of the context the model would receive (``estimate_tokens`` of its
+    chatend text, from the memo's running size: checked before every model round)."""
+    return (memo_chatend_chars(system_prompt, memo_for(transcript)) + 3) // 4
 
 
 def choose_cut(system_prompt: str, transcript: list[TranscriptItem], window_tokens: int, protect_from: int) -> int:

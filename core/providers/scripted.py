@@ -173,9 +173,10 @@ class ScriptedProvider:
 
     @staticmethod
     def _estimate(request: ModelRequest, response: ModelResponse) -> Usage:
-        prompt_chars = len(request.system_prompt) + sum(
-            len(_content_text(m)) for m in request.messages
-        )
+        content_chars = request.content_chars
+        if content_chars is None:
+            content_chars = sum(len(_content_text(m)) for m in request.messages)
+        prompt_chars = len(request.system_prompt) + content_chars
         out = response.text + "".join(
             c.name + orjson.dumps(c.arguments).decode() for c in response.tool_calls
         )
