@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from array import array
 from collections import OrderedDict
-from itertools import chain
 from typing import Any
 
 import orjson
@@ -54,9 +53,9 @@ class TranscriptMemo:
     def __init__(self, source: list[TranscriptItem]) -> None:
         self.source = source
         self.items: list[TranscriptItem] = []
-        self.messages: list[list[dict[str, Any]]] = []
+        self.messages: list[dict[str, Any]] = []  # projected messages of all items, flat
         self.blocks: list[str] = []  # rendered blocks of all items, flat (the chatend text joins them)
-        self.block_starts: list[int] = []  # where each item's blocks start in ``blocks``
+        self.block_starts: list[int] = []  # where each item's blocks (and messages: one block each) start
         self.transcript_json = bytearray()
         self.projection_json = bytearray()
         self.chatend_json = bytearray()
@@ -82,8 +81,8 @@ class TranscriptMemo:
             while same < limit and items[same] is transcript[same]:
                 same += 1
         if same < len(items):
-            del self.blocks[self.block_starts[same]:]
-            del items[same:], self.messages[same:], self.block_starts[same:], self.ends[3 * same:]
+            del self.blocks[self.block_starts[same]:], self.messages[self.block_starts[same]:]
+            del items[same:], self.block_starts[same:], self.ends[3 * same:]
             del self.sizes[2 * same:]
             t_end, p_end, c_end = self.ends[-3:] if self.ends else (0, 0, 0)
             del self.transcript_json[t_end:], self.projection_json[p_end:], self.chatend_json[c_end:]
@@ -91,7 +90,7 @@ class TranscriptMemo:
         for item in transcript[same:]:
             projected = _project_item(item)
             items.append(item)
-            self.messages.append(projected)
+            self.messages += projected
             self.block_starts.append(len(self.blocks))
             _join_onto(self.transcript_json, orjson.dumps(item))
             for m in projected:
@@ -153,7 +152,7 @@ def memo_messages(memo: TranscriptMemo) -> list[dict[str, Any]]:
     projection of the transcript), so they are read-only, like the transcript items they
     come from: copying them per model call made a turn cost O(conversation) in Python.
     """
-    return list(chain.from_iterable(memo.messages))
+    return memo.messages.copy()
 
 
 def transcript_chatend_text(system_prompt: str, transcript: list[TranscriptItem]) -> str:

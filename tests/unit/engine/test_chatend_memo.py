@@ -50,7 +50,7 @@ def test_projections_share_the_memos_messages_in_a_fresh_list() -> None:
     transcript = [_item("user_message", text="hi")]
     first, second = project_messages(transcript), project_messages(transcript)
     assert first == second == [{"role": "user", "content": "hi"}]
-    assert first is not second and first[0] is second[0] is memo_for(transcript).messages[0][0]
+    assert first is not second and first[0] is second[0] is memo_for(transcript).messages[0]
     first.append({"role": "user", "content": "the caller's own"})
     assert project_messages(transcript) == second
 
