@@ -16,7 +16,7 @@ from core.engine.drafts import Checkpoint
 from core.engine.journal import EntryKind
 from core.engine.session_port import SessionPort
 from core.engine.state import TranscriptItem
-from core.providers.base import ModelRequest, estimate_tokens
+from core.providers.base import ModelRequest, estimate_tokens, tokens_for_chars
 
 KEEP_FRACTION = 0.5
 
@@ -24,7 +24,7 @@ KEEP_FRACTION = 0.5
 def projected_tokens(system_prompt: str, transcript: list[TranscriptItem]) -> int:
     """Estimated tokens of the context the model would receive (``estimate_tokens`` of its
     chatend text, from the memo's running size: checked before every model round)."""
-    return (memo_chatend_chars(system_prompt, memo_for(transcript)) + 3) // 4
+    return tokens_for_chars(memo_chatend_chars(system_prompt, memo_for(transcript)))
 
 
 def choose_cut(system_prompt: str, transcript: list[TranscriptItem], window_tokens: int, protect_from: int) -> int:

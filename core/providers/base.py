@@ -107,4 +107,9 @@ class Provider(Protocol):
 
 def estimate_tokens(text: str) -> int:
     """Cheap, deterministic token estimate: one token per four characters, rounded up."""
-    return (len(text) + 3) // 4
+    return tokens_for_chars(len(text))
+
+
+def tokens_for_chars(chars: int) -> int:
+    """``estimate_tokens`` of a text of ``chars`` characters (when only its length is known)."""
+    return (chars + 3) // 4

@@ -36,6 +36,7 @@ from core.providers.base import (
     Transcription,
     Usage,
     estimate_tokens,
+    tokens_for_chars,
 )
 
 ENGINE_MESSAGE_NAME = "turnstile"
@@ -180,4 +181,4 @@ class ScriptedProvider:
         out = response.text + "".join(
             c.name + orjson.dumps(c.arguments).decode() for c in response.tool_calls
         )
-        return Usage(input_tokens=(prompt_chars + 3) // 4, output_tokens=estimate_tokens(out))
+        return Usage(input_tokens=tokens_for_chars(prompt_chars), output_tokens=estimate_tokens(out))
