@@ -10,6 +10,7 @@ conversation before it is ten times longer.
 from __future__ import annotations
 
 import cProfile
+import gc
 import os
 import pstats
 from collections.abc import Iterator
@@ -53,11 +54,15 @@ async def _turn(session: Session, text: str) -> tuple[int, int]:
     assert isinstance(transcript, CountingList)
     transcript.reads = 0
     profiler = cProfile.Profile()
+    gc.disable()  # a collection's finalizers would add calls that depend on when it runs
     profiler.enable()
-    await session.begin_user_turn(text)
-    await session.run_pending_turn("op", Recorder())
-    tokens_in, _ = turn_usage(session)
-    profiler.disable()
+    try:
+        await session.begin_user_turn(text)
+        await session.run_pending_turn("op", Recorder())
+        tokens_in, _ = turn_usage(session)
+    finally:
+        profiler.disable()
+        gc.enable()
     assert tokens_in > 0
     stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
     # The in-memory journal of the tests (``tests/fakes``) is O(entries) per append: not counted.
