@@ -71,7 +71,7 @@ async def _turn(session: Session, text: str) -> tuple[int, int]:
 
 
 async def _after(make_session: SessionFactory, turns: int) -> tuple[int, int]:
-    session = await make_session()
+    session = await make_session(session_id=f"s-after-{turns}")
     session.state.transcript = CountingList(session.state.transcript)
     for i in range(turns):
         await session.begin_user_turn(f"message {i}")
