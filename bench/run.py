@@ -20,6 +20,7 @@ import platform
 import shutil
 import sys
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,9 @@ from schemas.nats_roles import without_roles
 CHECKPOINTS_KEPT_VARIANTS = (2, 16, 64)
 # Phases in run order; ``--only`` picks some of them.
 PHASES = ("load", "sync", "turns20", "growth", "hol", "scaleout")
+# Rows of the load phase in run order; ``--workers`` picks some of them (``tools``: turnstile's and
+# baseline A's two-tool turn where the profile measures it; ``peer``: the fair peer).
+LOAD_WORKERS = ("turnstile", "turnstile/pg", "baseline", "floor", "tools", "langgraph", "peer")
 
 
 def _say(text: str) -> None:
@@ -107,7 +111,8 @@ def new_result(profile: Profile, nats_conf: Path | None) -> dict[str, Any]:
 
 
 async def run_all(
-    result: dict[str, Any], profile: Profile, nats_conf: Path | None, work: Path, phases: tuple[str, ...] = PHASES
+    result: dict[str, Any], profile: Profile, nats_conf: Path | None, work: Path, phases: tuple[str, ...] = PHASES,
+    workers: tuple[str, ...] = LOAD_WORKERS,
 ) -> None:
     """Run the phases, filling ``result`` as it goes (so an aborted run still reports what it has)."""
     if nats_conf is not None:  # the repository's settings without its login roles (the bench's clients are open)
@@ -122,27 +127,32 @@ async def run_all(
     try:
         for sessions in profile.session_counts if "load" in phases else ():
             _say(f"== {sessions} sessions")
-            ts = await _timed(turnstile_load(ctx, sessions, "plain"))
-            result["load"].append(ts)
-            _say(f"  turnstile plain: {_summary(ts)}")
-            await settle()
-            tp = await _timed(turnstile_load(ctx, sessions, "plain", "postgres"))
-            result["load"].append(tp)
-            _say(f"  turnstile/pg:    {_summary(tp)}")
-            await settle()
+            ts: dict[str, Any] = {}
+            if "turnstile" in workers:
+                ts = await _timed(turnstile_load(ctx, sessions, "plain"))
+                result["load"].append(ts)
+                _say(f"  turnstile plain: {_summary(ts)}")
+                await settle()
+            if "turnstile/pg" in workers:
+                tp = await _timed(turnstile_load(ctx, sessions, "plain", "postgres"))
+                result["load"].append(tp)
+                _say(f"  turnstile/pg:    {_summary(tp)}")
+                await settle()
             drain_shape, fb1 = shape_or_fallback(ts, "drain_shape")
             paced_shape, fb2 = shape_or_fallback(ts, "paced_shape")
-            bl = await _timed(baseline_load(ctx, sessions, drain_shape, paced_shape, "plain"))
-            bl["shape_fallback"] = fb1 or fb2
-            result["load"].append(bl)
-            _say(f"  baseline A:      {_summary(bl)}  (shape {drain_shape.publishes_per_msg:.2f} publishes/msg{', FALLBACK' if fb1 else ''})")
-            await settle()
-            fl = await _timed(baseline_load(ctx, sessions, drain_shape, paced_shape, "plain", worker="floor"))
-            fl["shape_fallback"] = fb1 or fb2
-            result["load"].append(fl)
-            _say(f"  floor:           {_summary(fl)}")
-            await settle()
-            if sessions in profile.tools_session_counts:
+            if "baseline" in workers:
+                bl = await _timed(baseline_load(ctx, sessions, drain_shape, paced_shape, "plain"))
+                bl["shape_fallback"] = fb1 or fb2
+                result["load"].append(bl)
+                _say(f"  baseline A:      {_summary(bl)}  (shape {drain_shape.publishes_per_msg:.2f} publishes/msg{', FALLBACK' if fb1 else ''})")
+                await settle()
+            if "floor" in workers:
+                fl = await _timed(baseline_load(ctx, sessions, drain_shape, paced_shape, "plain", worker="floor"))
+                fl["shape_fallback"] = fb1 or fb2
+                result["load"].append(fl)
+                _say(f"  floor:           {_summary(fl)}")
+                await settle()
+            if "tools" in workers and sessions in profile.tools_session_counts:
                 tt = await _timed(turnstile_load(ctx, sessions, "tools"))
                 result["load"].append(tt)
                 _say(f"  turnstile tools: {_summary(tt)}")
@@ -155,13 +165,15 @@ async def run_all(
                     result["load"].append(bt)
                     _say(f"  baseline tools:  {_summary(bt)}  (shape {ds.publishes_per_msg:.2f} publishes/msg)")
                     await settle()
-            lg = await _timed(langgraph_load(ctx, sessions))
-            result["load"].append(lg)
-            _say(f"  langgraph:       {_summary(lg)}")
-            await settle()
-            fp = await _timed(peer_load(ctx, sessions))
-            result["load"].append(fp)
-            _say(f"  {PEER} (fair peer): {_summary(fp)}")
+            if "langgraph" in workers:
+                lg = await _timed(langgraph_load(ctx, sessions))
+                result["load"].append(lg)
+                _say(f"  langgraph:       {_summary(lg)}")
+                await settle()
+            if "peer" in workers:
+                fp = await _timed(peer_load(ctx, sessions))
+                result["load"].append(fp)
+                _say(f"  {PEER} (fair peer): {_summary(fp)}")
         if "sync" in phases and len(profile.session_counts) > 1:
             result["load"].append(await _timed(_sync_cost(ctx, result["load"], profile.session_counts[1])))
         if "turns20" in phases:
@@ -236,6 +248,15 @@ async def _sync_cost(ctx: BenchContext, rows: list[dict[str, Any]], sessions: in
     return row
 
 
+def _choices(parser: argparse.ArgumentParser, option: str, given: str, allowed: tuple[str, ...]) -> tuple[str, ...]:
+    """The comma-separated values of ``option``, each one of ``allowed`` (a usage error otherwise)."""
+    picked = tuple(name.strip() for name in given.split(",") if name.strip())
+    unknown = sorted(set(picked) - set(allowed))
+    if unknown or not picked:
+        parser.error(f"{option}: unknown value(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(allowed)}")
+    return picked
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--profile", choices=sorted(PROFILES), default="quick")
@@ -246,12 +267,21 @@ def main() -> None:
     parser.add_argument(
         "--only", default=",".join(PHASES), help=f"comma-separated phases to run, of {','.join(PHASES)} (default: all)"
     )
+    parser.add_argument(
+        "--sessions", default=None,
+        help="comma-separated session counts of the load phase, of the profile's (default: all of them; e.g. 1)",
+    )
+    parser.add_argument(
+        "--workers", default=",".join(LOAD_WORKERS),
+        help=f"comma-separated rows of the load phase, of {','.join(LOAD_WORKERS)} (default: all)",
+    )
     args = parser.parse_args()
-    phases = tuple(name.strip() for name in args.only.split(",") if name.strip())
-    unknown = sorted(set(phases) - set(PHASES))
-    if unknown or not phases:
-        parser.error(f"--only: unknown phase(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(PHASES)}")
+    phases = _choices(parser, "--only", args.only, PHASES)
+    workers = _choices(parser, "--workers", args.workers, LOAD_WORKERS)
     profile = PROFILES[args.profile]
+    if args.sessions is not None:
+        counts = _choices(parser, "--sessions", args.sessions, tuple(str(n) for n in profile.session_counts))
+        profile = replace(profile, session_counts=tuple(int(n) for n in counts))
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     work = args.out / f"work-{stamp}"
     work.mkdir(parents=True, exist_ok=True)
@@ -259,7 +289,7 @@ def main() -> None:
     t0 = time.monotonic()
     result = new_result(profile, args.nats_conf)
     try:
-        asyncio.run(asyncio.wait_for(run_all(result, profile, args.nats_conf, work, phases), max_s))
+        asyncio.run(asyncio.wait_for(run_all(result, profile, args.nats_conf, work, phases, workers), max_s))
     except TimeoutError:
         result["errors"].append(f"run aborted after {max_s / 60:g} min (--max-minutes); figures below are partial")
     finally:

@@ -57,14 +57,21 @@ def turn_usage(engine: Session) -> tuple[int, int]:
     """Input and output tokens of every model call journaled for the current turn.
 
     Read from the transcript (which a restore brings back), so the rounds run before a
-    crash are counted too, not only those of the resumed run (SM-15).
+    crash are counted too, not only those of the resumed run (SM-15). Read from the tail
+    back to the newest item of another turn: turns run one after another and an entry is
+    tied only to the pending turn, so every item of this turn comes after the last item
+    of the one before (items of no turn may sit between); a turn costs its own length,
+    not the conversation's.
     """
     turn_id = engine.turn_id
     if turn_id is None:
         return 0, 0
     tokens_in = tokens_out = 0
-    for item in engine.transcript:
-        if item.get("turn_id") != turn_id:
+    for item in reversed(engine.transcript):
+        item_turn = item.get("turn_id")
+        if item_turn != turn_id:
+            if item_turn is not None:
+                break
             continue
         usage = (item.get("payload") or {}).get("usage") or {}
         tokens_in += int(usage.get("input_tokens") or 0)

@@ -41,59 +41,57 @@ class TranscriptMemo:
     joined, grown by each new item: ``transcript_json`` (the items' JSON, comma-joined),
     ``projection_json`` (the projected messages' JSON, comma-joined) and ``chatend_json`` (the
     blocks joined by a blank line, JSON-escaped, without quotes); a checkpoint copies each
-    once. ``ends`` holds, per item, where its part of each ends and the length of the blocks
-    so far (``chatend_length``), so a rewritten transcript (a compaction) cuts them back to
-    the unchanged prefix.
+    once. ``ends`` holds, per item, where its part of each ends, so a rewritten transcript (a
+    compaction) cuts them back to the unchanged prefix; ``sizes`` holds, per item, the running
+    totals of the messages' content characters and of the blocks' characters, so a turn reads
+    the prompt's size without walking the conversation.
     """
 
-    __slots__ = ("block_chars", "block_starts", "blocks", "chatend_json", "ends", "flat", "flat_starts", "items", "projection_json",
+    __slots__ = ("block_starts", "blocks", "chatend_json", "ends", "items", "messages", "projection_json", "sizes",
                  "source", "transcript_json")
 
     def __init__(self, source: list[TranscriptItem]) -> None:
         self.source = source
         self.items: list[TranscriptItem] = []
-        self.flat: list[dict[str, Any]] = []  # the projected messages of all items, flat (a model request's)
-        self.flat_starts: list[int] = []  # where each item's messages start in ``flat``
+        self.messages: list[dict[str, Any]] = []  # projected messages of all items, flat
         self.blocks: list[str] = []  # rendered blocks of all items, flat (the chatend text joins them)
-        self.block_starts: list[int] = []  # where each item's blocks start in ``blocks``
+        self.block_starts: list[int] = []  # where each item's blocks (and messages: one block each) start
         self.transcript_json = bytearray()
         self.projection_json = bytearray()
         self.chatend_json = bytearray()
-        self.ends = array("Q")  # per item: the lengths of the three and of the blocks after it (4 entries an item)
-        self.block_chars = 0  # the blocks' characters (the chatend text's, less its separators and head)
+        self.ends = array("Q")  # per item: the lengths of the three after it (3 entries an item)
+        self.sizes = array("Q")  # per item: content and block characters up to and with it (2 entries an item)
+
+    @property
+    def content_chars(self) -> int:
+        """Characters of all projected messages' string contents (what a prompt-size estimate counts)."""
+        return self.sizes[-2] if self.sizes else 0
 
     def sync(self, transcript: list[TranscriptItem]) -> None:
-        # Transcript items are never edited in place, so item identity marks the reusable prefix.
-        # A session's list only grows at its end (a compaction builds a new list), so when the
-        # memo's first and last items are still where they were, the whole prefix is: checked in
-        # O(1), not item by item at every checkpoint. Anything else (a list cut or rewritten at
-        # its head or end) is compared item by item.
+        # Transcript items are never edited in place, and a transcript list changes only at its
+        # ends (the reducer appends; a compaction makes a new list, or a test rewrites the head
+        # or cuts the tail), so item identity at both ends of the memo marks the reusable
+        # prefix: checked in O(1) per sync, not by walking the conversation at every checkpoint.
         items = self.items
-        known = len(items)
-        if known == 0 or (
-            len(transcript) >= known and transcript[known - 1] is items[-1] and transcript[0] is items[0]
-        ):
-            if len(transcript) == known:
-                return
-            same = known
+        limit = min(len(items), len(transcript))
+        if not items or (limit == len(items) and transcript[0] is items[0] and transcript[limit - 1] is items[-1]):
+            same = limit  # the usual case: only appended
         else:
-            limit = min(known, len(transcript))
             same = 0
             while same < limit and items[same] is transcript[same]:
                 same += 1
-        if same < known:
-            del self.blocks[self.block_starts[same]:]
-            del self.flat[self.flat_starts[same]:]
-            del items[same:], self.block_starts[same:], self.flat_starts[same:]
-            del self.ends[4 * same:]
-            t_end, p_end, c_end, self.block_chars = self.ends[-4:] if self.ends else (0, 0, 0, 0)
+        if same < len(items):
+            del self.blocks[self.block_starts[same]:], self.messages[self.block_starts[same]:]
+            del items[same:], self.block_starts[same:], self.ends[3 * same:]
+            del self.sizes[2 * same:]
+            t_end, p_end, c_end = self.ends[-3:] if self.ends else (0, 0, 0)
             del self.transcript_json[t_end:], self.projection_json[p_end:], self.chatend_json[c_end:]
+        content_chars, block_chars = self.sizes[-2:] if self.sizes else (0, 0)
         for item in transcript[same:]:
             projected = _project_item(item)
             items.append(item)
+            self.messages += projected
             self.block_starts.append(len(self.blocks))
-            self.flat_starts.append(len(self.flat))
-            self.flat.extend(projected)
             _join_onto(self.transcript_json, orjson.dumps(item))
             for m in projected:
                 _join_onto(self.projection_json, orjson.dumps(m))
@@ -101,11 +99,12 @@ class TranscriptMemo:
                 if self.blocks:
                     self.chatend_json += b"\\n\\n"
                 self.blocks.append(block)
-                self.block_chars += len(block)
                 self.chatend_json += orjson.dumps(block)[1:-1]
-            self.ends.extend(
-                (len(self.transcript_json), len(self.projection_json), len(self.chatend_json), self.block_chars)
-            )
+                content = m.get("content")
+                content_chars += len(content) if isinstance(content, str) else 0
+                block_chars += len(block)
+            self.ends.extend((len(self.transcript_json), len(self.projection_json), len(self.chatend_json)))
+            self.sizes.extend((content_chars, block_chars))
 
 
 def _join_onto(joined: bytearray, part: bytes) -> None:
@@ -140,18 +139,20 @@ def forget_memo(transcript: list[TranscriptItem]) -> None:
 def project_messages(transcript: list[TranscriptItem]) -> list[dict[str, Any]]:
     """The structured projection: chat messages for every model-visible transcript item.
 
-    Each message is a fresh dict (callers may change it); the per-item work is memoised,
-    so projecting a growing transcript on every checkpoint costs only its new items.
+    The per-item work is memoised, so projecting a growing transcript costs only its new
+    items; see ``memo_messages`` for what a caller may change.
     """
-    memo = memo_for(transcript)
-    return [dict(m) for m in memo.flat]
+    return memo_messages(memo_for(transcript))
 
 
-def request_messages(transcript: list[TranscriptItem]) -> list[dict[str, Any]]:
-    """The structured projection for a model request: a fresh list of the memo's own message
-    dicts, which a provider reads and never changes (``ModelRequest.messages``). No dict is
-    copied, so a model round costs the new items, not the whole conversation again."""
-    return list(memo_for(transcript).flat)
+def memo_messages(memo: TranscriptMemo) -> list[dict[str, Any]]:
+    """The projection of a synced memo: a fresh list of the memo's own message dicts.
+
+    The list is the caller's; the messages are shared with the memo (and with every later
+    projection of the transcript), so they are read-only, like the transcript items they
+    come from: copying them per model call made a turn cost O(conversation) in Python.
+    """
+    return memo.messages.copy()
 
 
 def transcript_chatend_text(system_prompt: str, transcript: list[TranscriptItem]) -> str:
@@ -159,12 +160,11 @@ def transcript_chatend_text(system_prompt: str, transcript: list[TranscriptItem]
     return memo_chatend_text(system_prompt, memo_for(transcript))
 
 
-def transcript_chatend_length(system_prompt: str, transcript: list[TranscriptItem]) -> int:
-    """``len(transcript_chatend_text(system_prompt, transcript))``, without building the text."""
-    memo = memo_for(transcript)
-    count = len(memo.blocks)
-    body = memo.block_chars + 2 * (count - 1) + 1 if count else 0  # blocks, blank lines between, last newline
-    return len(system_prompt) + 11 + body  # "[system]\n" + prompt + "\n\n"
+def memo_chatend_chars(system_prompt: str, memo: TranscriptMemo) -> int:
+    """``len(memo_chatend_text(system_prompt, memo))``, from the memo's running sizes."""
+    head = len(f"[system]\n{system_prompt}\n\n")
+    blocks = len(memo.blocks)
+    return head + (memo.sizes[-1] + 2 * (blocks - 1) + 1 if blocks else 0)
 
 
 def memo_chatend_text(system_prompt: str, memo: TranscriptMemo) -> str:

@@ -11,7 +11,7 @@ from its result. The newest items kept aim at half the window.
 
 from __future__ import annotations
 
-from core.engine.chatend import project_messages, render_messages, transcript_chatend_length
+from core.engine.chatend import memo_chatend_chars, memo_for, project_messages, render_messages
 from core.engine.drafts import Checkpoint
 from core.engine.journal import EntryKind
 from core.engine.session_port import SessionPort
@@ -22,8 +22,9 @@ KEEP_FRACTION = 0.5
 
 
 def projected_tokens(system_prompt: str, transcript: list[TranscriptItem]) -> int:
-    """Estimated tokens of the context the model would receive (from its length: the text is not built)."""
-    return tokens_for_chars(transcript_chatend_length(system_prompt, transcript))
+    """Estimated tokens of the context the model would receive (``estimate_tokens`` of its
+    chatend text, from the memo's running size: checked before every model round)."""
+    return tokens_for_chars(memo_chatend_chars(system_prompt, memo_for(transcript)))
 
 
 def choose_cut(system_prompt: str, transcript: list[TranscriptItem], window_tokens: int, protect_from: int) -> int:

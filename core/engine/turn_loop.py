@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from core.engine.chatend import request_messages
+from core.engine.chatend import memo_for, memo_messages
 from core.engine.drafts import Checkpoint, Draft, interrupted_result
 from core.engine.journal import EntryKind
 from core.engine.ports import PartialText
@@ -83,11 +83,13 @@ def _request(session: SessionPort) -> ModelRequest:
     # messages, the registry's frozen specs), and validating ``messages`` walked and copied
     # the whole conversation again at every model round (O(transcript) per turn).
     state = session.state
+    memo = memo_for(state.transcript)
     return trusted(ModelRequest, {
         "model": state.runtime.model,
         "reasoning_effort": state.runtime.reasoning_effort,
         "system_prompt": session.system_prompt,
-        "messages": request_messages(state.transcript),
+        "messages": memo_messages(memo),
+        "content_chars": memo.content_chars,
         "tools": session.tools.specs_for(state.mode.kind, has_work=state.work is not None),
         "purpose": "chat",
         "on_text": _round_text(session.partial_text, state.rounds_used + 1),

@@ -68,6 +68,10 @@ class ModelRequest(BaseModel):
     messages: list[dict[str, Any]]
     tools: list[ToolSpec] = Field(default_factory=list)
     purpose: Purpose = "chat"
+    # Characters of the messages' string contents when the caller keeps that total (the engine
+    # does, per transcript), so a provider that estimates usage from it need not walk the whole
+    # conversation per call; None: count them. Never serialised.
+    content_chars: int | None = Field(default=None, exclude=True, repr=False)
     # Partial text of a streamed answer (None: nobody watches). Never serialised.
     on_text: TextSink | None = Field(default=None, exclude=True, repr=False)
 

@@ -173,8 +173,12 @@ class ScriptedProvider:
 
     @staticmethod
     def _estimate(request: ModelRequest, text: str, calls: list[ToolCall]) -> Usage:
-        # One pass over the conversation per round: a list of lengths summed, no call per message.
-        contents = [m.get("content") for m in request.messages]
-        prompt_chars = len(request.system_prompt) + sum([len(c) for c in contents if isinstance(c, str)])
+        # The conversation's size from the memo's running total when the engine gives it (no walk
+        # over the messages per round); summed in one list pass otherwise.
+        content_chars = request.content_chars
+        if content_chars is None:
+            contents = [m.get("content") for m in request.messages]
+            content_chars = sum([len(c) for c in contents if isinstance(c, str)])
+        prompt_chars = len(request.system_prompt) + content_chars
         out = text + "".join(c.name + orjson.dumps(c.arguments).decode() for c in calls)
         return Usage(input_tokens=tokens_for_chars(prompt_chars), output_tokens=estimate_tokens(out))

@@ -29,7 +29,7 @@ def test_a_trusted_model_request_is_the_validated_one() -> None:
     fields = {"model": "m", "reasoning_effort": "low", "system_prompt": "sys",
               "messages": [{"role": "user", "content": "hi"}],
               "tools": [ToolSpec(name="t", description="d", parameters={"type": "object"})],
-              "purpose": "chat", "on_text": None}
+              "purpose": "chat", "on_text": None, "content_chars": 2}
     built = trusted(ModelRequest, dict(fields))
     assert built == ModelRequest(**fields)
     assert built.model_dump(mode="json") == ModelRequest(**fields).model_dump(mode="json")

@@ -10,6 +10,7 @@ import orjson
 from core.engine.chatend import (
     chatend_text,
     forget_memo,
+    memo_chatend_chars,
     memo_for,
     project_messages,
     render_messages,
@@ -22,7 +23,9 @@ def _item(kind: str, **payload: Any) -> dict[str, Any]:
 
 
 def _plain(system: str, transcript: list[dict[str, Any]]) -> str:
-    return f"[system]\n{system}\n\n" + render_messages(project_messages(list(transcript)))
+    text = f"[system]\n{system}\n\n" + render_messages(project_messages(list(transcript)))
+    assert memo_chatend_chars(system, memo_for(transcript)) == len(text)  # the running size agrees
+    return text
 
 
 def test_memoised_chatend_matches_a_fresh_projection_through_growth_and_compaction() -> None:
@@ -41,11 +44,23 @@ def test_memoised_chatend_matches_a_fresh_projection_through_growth_and_compacti
     assert transcript_chatend_text("sys", transcript) == _plain("sys", transcript)
 
 
-def test_projected_messages_are_fresh_dicts_callers_may_change() -> None:
+def test_projections_share_the_memos_messages_in_a_fresh_list() -> None:
+    # Copying every message per model call made a turn O(conversation): the messages are
+    # read-only (like the transcript items), the list is the caller's.
     transcript = [_item("user_message", text="hi")]
-    first = project_messages(transcript)
-    first[0]["content"] = "changed"
-    assert project_messages(transcript)[0]["content"] == "hi"
+    first, second = project_messages(transcript), project_messages(transcript)
+    assert first == second == [{"role": "user", "content": "hi"}]
+    assert first is not second and first[0] is second[0] is memo_for(transcript).messages[0]
+    first.append({"role": "user", "content": "the caller's own"})
+    assert project_messages(transcript) == second
+
+
+def test_a_rewritten_head_of_the_same_length_is_noticed() -> None:
+    transcript = [_item("user_message", text=f"q{i}") for i in range(4)]
+    assert transcript_chatend_text("sys", transcript) == _plain("sys", transcript)
+    transcript[:2] = [_item("summary", text="earlier"), _item("notice", code="x", text="kept")]
+    assert transcript_chatend_text("sys", transcript) == _plain("sys", transcript)
+    assert memo_for(transcript).content_chars == sum(len(m["content"]) for m in project_messages(list(transcript)))
 
 
 def _joined(transcript: list[dict[str, Any]], system: str) -> tuple[bytes, bytes, bytes]:
@@ -103,26 +118,10 @@ def test_a_memo_holds_its_encodings_at_their_length() -> None:
     forget_memo(transcript)
 
 
-def test_request_messages_are_the_projection_sharing_the_memos_dicts() -> None:
-    # A model request carries the memo's own message dicts (providers only read them): no copy
-    # of the conversation per model round, and the list itself is the request's.
-    from core.engine.chatend import request_messages
-
-    transcript = [_item("user_message", text="q0"), _item("agent_message", text="a0")]
-    first = request_messages(transcript)
-    assert first == project_messages(transcript)
-    transcript.append(_item("user_message", text="q1"))
-    second = request_messages(transcript)
-    assert second == project_messages(transcript)
-    assert second is not first and all(a is b for a, b in zip(first, second, strict=False))
-    transcript[:2] = [_item("summary", text="earlier")]  # rewritten at its head: projected anew
-    assert request_messages(transcript) == project_messages(list(transcript))
-    forget_memo(transcript)
-
-
 def test_the_chatend_length_is_the_texts_through_growth_and_rewrites() -> None:
     # Context recovery's check at every model round reads the length, not a newly built text.
-    from core.engine.chatend import transcript_chatend_length
+    def transcript_chatend_length(system: str, transcript: list[dict[str, Any]]) -> int:
+        return memo_chatend_chars(system, memo_for(transcript))
 
     transcript: list[dict[str, Any]] = []
     for system in ("sys", ""):
