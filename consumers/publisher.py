@@ -135,6 +135,8 @@ class StreamAcks:
         # token -> (the future of its ack, or None when nobody waits for it; log a refusal)
         self._waiting: dict[int, tuple[AckWaiter | None, bool]] = {}
         self._sweep_at = SWEEP_MIN
+        # (token, future): resolved once no publish with a token up to ``token`` awaits its ack
+        self._barriers: list[tuple[int, asyncio.Future[None]]] = []
 
     async def _ensure_inbox(self) -> None:
         """The ack subscription, made on the first publish."""
@@ -173,6 +175,8 @@ class StreamAcks:
             await self.wire.publish(subj, payload, reply, header)
         except BaseException:
             self._waiting.pop(token, None)  # not sent (or not known to be): no ack will name it
+            if self._barriers:
+                self._pass_barriers()
             raise
 
     def _register(self, subject: str, waiter: AckWaiter | None, log_failure: bool) -> tuple[bytes, bytes, int]:
@@ -196,6 +200,41 @@ class StreamAcks:
         answered by now: the broker answers a stored publish at once)."""
         self._waiting = {t: w for t, w in self._waiting.items() if w[0] is not None and not w[0].done()}
         self._sweep_at = max(SWEEP_MIN, 2 * len(self._waiting))
+        if self._barriers:
+            self._pass_barriers()
+
+    async def stored_so_far(self, timeout_s: float) -> bool:
+        """Wait until every publish sent before this call is answered (stored or refused); False if
+        some are not within ``timeout_s``. Streams store independently, so the order of publishes on
+        the connection is not the order in which different streams store them: a publish that must
+        be stored after all earlier ones (``session.deleted`` after the session's last replies)
+        waits for this first."""
+        if not self._waiting:
+            return True
+        barrier: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        entry = (self._next, barrier)
+        self._barriers.append(entry)
+        try:
+            await asyncio.wait_for(barrier, timeout_s)
+        except TimeoutError:
+            return False
+        finally:
+            if entry in self._barriers:
+                self._barriers.remove(entry)
+        return True
+
+    def _pass_barriers(self) -> None:
+        """Resolve the barriers no earlier publish holds up (tokens enter ``_waiting`` in order, so
+        its first key is the oldest ack still awaited)."""
+        oldest = next(iter(self._waiting), None)
+        kept = []
+        for token, barrier in self._barriers:
+            if oldest is None or oldest > token:
+                if not barrier.done():
+                    barrier.set_result(None)
+            else:
+                kept.append((token, barrier))
+        self._barriers = kept
 
     def _on_ack(self, subject: bytes, data: bytes, headers: dict[str, str] | None) -> None:
         """An ack, in the client's read loop: resolve (or fail) its publish's future."""
@@ -206,6 +245,8 @@ class StreamAcks:
         waiting = self._waiting.pop(token, None)
         if waiting is None:
             return
+        if self._barriers:
+            self._pass_barriers()
         future, log_failure = waiting
         if future is None:
             if log_failure:
@@ -265,6 +306,11 @@ class Publisher:
         self.dlq_raw_max_bytes = dlq_raw_max_bytes
         self._nc = nc
         self._acks = StreamAcks(nc)
+
+    async def stored_so_far(self) -> bool:
+        """Wait until every publish sent so far is answered (``StreamAcks.stored_so_far``); False
+        if some are not within ``timeout_s``."""
+        return await self._acks.stored_so_far(self.timeout_s)
 
     async def settle(self, futures: list[asyncio.Future[Any]]) -> bool:
         """Wait for the acks of ``futures``; False if any failed or did not come within ``timeout_s``."""

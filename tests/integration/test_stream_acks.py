@@ -55,3 +55,31 @@ async def test_a_checkpoint_ack_is_kept_when_its_waiter_is_cancelled_and_a_stale
     with pytest.raises(CheckpointFailed, match="another worker"):
         await pub.checkpoint_acked("s-1", stale, seq)
     await js.delete_stream(spec.name)
+
+
+@pytest.mark.rule("SM-22")
+async def test_stored_so_far_returns_once_every_earlier_publish_is_in_its_stream(nc: Client) -> None:
+    # SM-22's fence across streams: session.deleted waits for this, so a reply sent before the
+    # generation changed is stored before the event (streams store independently of the
+    # connection's order). Every earlier publish is in its stream when the wait returns.
+    name = f"BAR_{uuid.uuid4().hex[:6]}"
+    js = nc.jetstream()
+    await js.add_stream(name=name, subjects=[f"{name}.>"])
+    acks = StreamAcks(nc)
+    assert await acks.stored_so_far(5.0)  # nothing sent yet
+    for i in range(200):
+        await acks.send_to(None, f"{name}.s{i % 7}", b"x" * 512)  # unwatched, as replies and events are
+    assert await acks.stored_so_far(5.0)
+    assert (await js.stream_info(name)).state.messages == 200  # read once, not polled
+    await js.delete_stream(name)
+
+
+async def test_stored_so_far_is_false_when_an_earlier_publish_is_never_answered(nc: Client) -> None:
+    # A subject a plain subscriber takes (no stream, so no ack and no "no responders"): the wait
+    # ends after its timeout instead of holding a deletion up for ever.
+    subject = f"noack.{uuid.uuid4().hex[:6]}"
+    sub = await nc.subscribe(subject)
+    acks = StreamAcks(nc)
+    await acks.send_to(None, subject, b"x")
+    assert not await acks.stored_so_far(0.2)
+    await sub.unsubscribe()
