@@ -320,6 +320,7 @@ class SessionActor:
                     retiring = now is False  # e.g. its reply not yet confirmed stored: look again shortly
         finally:
             self.mailbox.stop_timer()
+            self.runner.stop_timers()
             self.idle.set()
             self.on_exit(self)
 

@@ -84,6 +84,11 @@ class CheckpointChain:
         if self._metrics is not None:
             self._metrics.checkpoint_publish.observe(time.monotonic() - self._sent_at)
 
+    def stop_timer(self) -> None:
+        """Its session's actor ends: the ack wait's timer goes (an armed one, holding its handle,
+        context and deadline until it fires, is what thousands of idle sessions would keep)."""
+        self._deadline.close()
+
     def _drop_inflight(self) -> None:
         if self._inflight is not None:
             self._inflight[0].cancel()

@@ -45,6 +45,12 @@ class TurnFinisher:
         # ``settle``'s timeout of the oldest of them: one timer kept across messages (consumers/deadline.py).
         self._deadline = Deadline()
 
+    def stop_timer(self) -> None:
+        """Its session's actor ends: the timeout's timer goes, unless messages are still settling
+        (their timeout must still fire: a message whose acks never come is republished)."""
+        if not self._settling:
+            self._deadline.close()
+
     @property
     def busy(self) -> bool:
         """True while a finished turn's publishes or writes are still landing."""

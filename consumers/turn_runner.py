@@ -180,6 +180,11 @@ class TurnRunner:
         self._unload_pending = False
         self._checkpoints.reset(None)
 
+    def stop_timers(self) -> None:
+        """Its actor ends: the checkpoint chain's and the finisher's idle timers go with it."""
+        self._checkpoints.stop_timer()
+        self._finisher.stop_timer()
+
     def unload_before_next_item(self) -> None:
         """Forget the loaded session once the item running now is over (it still uses it)."""
         self._unload_pending = True

@@ -40,6 +40,9 @@ class GatedRunner:
     def can_unload(self) -> bool:
         return True
 
+    def stop_timers(self) -> None:
+        return None
+
     def unload(self) -> None:
         return None
 

@@ -25,6 +25,9 @@ class StoppableRunner:
     def notice_arrival(self, inbound: Any, *, busy: bool) -> MidTurnAction:
         return MidTurnAction.ENQUEUE
 
+    def stop_timers(self) -> None:
+        return None
+
     def begin_item(self) -> None:
         self.stop.clear()
 

@@ -36,6 +36,9 @@ class RecordingRunner:
     def can_unload(self) -> bool:
         return True
 
+    def stop_timers(self) -> None:
+        return None
+
     def unload(self) -> None:
         self.log.append("unload")
 

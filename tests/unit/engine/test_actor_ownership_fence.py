@@ -63,6 +63,9 @@ class Runner:
     def notice_arrival(self, inbound: Any, *, busy: bool) -> MidTurnAction:
         return MidTurnAction.ENQUEUE
 
+    def stop_timers(self) -> None:
+        return None
+
     def begin_item(self) -> None:
         return None
 
