@@ -57,11 +57,10 @@ async def test_a_checkpoint_ack_is_kept_when_its_waiter_is_cancelled_and_a_stale
     await js.delete_stream(spec.name)
 
 
-@pytest.mark.rule("SM-22")
 async def test_stored_so_far_returns_once_every_earlier_publish_is_in_its_stream(nc: Client) -> None:
-    # SM-22's fence across streams: session.deleted waits for this, so a reply sent before the
-    # generation changed is stored before the event (streams store independently of the
-    # connection's order). Every earlier publish is in its stream when the wait returns.
+    # The barrier session.deleted waits for (SM-22 is marked on tests/unit/test_manager_events.py,
+    # which fails when the wait goes: the server's own store order makes this one pass either way).
+    # Every earlier publish is in its stream when the wait returns.
     name = f"BAR_{uuid.uuid4().hex[:6]}"
     js = nc.jetstream()
     await js.add_stream(name=name, subjects=[f"{name}.>"])

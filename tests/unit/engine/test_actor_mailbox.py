@@ -59,24 +59,27 @@ class RecordingRunner:
         return None
 
 
+class OfS:
+    """A staged message of session ``s``, named for the log."""
+
+    session_id = "s"
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
 async def test_a_command_waits_for_the_running_item_then_goes_before_queued_messages() -> None:
     gate = asyncio.Event()
     runner = RecordingRunner(gate)
     registry = ActorRegistry(lambda sid: runner, idle_s=5.0)  # type: ignore[arg-type,return-value]
     inbound = type("In", (), {"platform": "cli", "id": "x"})()
 
-    class Staged:
-        session_id = "s"
-
-        def __init__(self, name: str) -> None:
-            self.name = name
-
-        def __repr__(self) -> str:
-            return self.name
-
-    await registry.deliver(Staged("m1"), inbound)  # type: ignore[arg-type]
+    await registry.deliver(OfS("m1"), inbound)  # type: ignore[arg-type]
     await wait_for(lambda: runner.running, timeout_s=5, interval_s=0, what="the actor to take m1")
-    await registry.deliver(Staged("m2"), inbound)  # type: ignore[arg-type]
+    await registry.deliver(OfS("m2"), inbound)  # type: ignore[arg-type]
 
     async def command(r: Any, reply: Any) -> str:
         r.log.append("command")
@@ -269,18 +272,9 @@ async def test_an_actor_that_waits_for_each_message_arms_no_timer_per_message() 
     registry = ActorRegistry(lambda sid: runner, idle_s=3600.0)  # type: ignore[arg-type,return-value]
     inbound = type("In", (), {"platform": "cli", "id": "x"})()
 
-    class Staged:
-        session_id = "s"
-
-        def __init__(self, name: str) -> None:
-            self.name = name
-
-        def __repr__(self) -> str:
-            return self.name
-
     with TimerCount() as timers:
         for i in range(30):
-            await registry.deliver(Staged(f"m{i}"), inbound)  # type: ignore[arg-type]
+            await registry.deliver(OfS(f"m{i}"), inbound)  # type: ignore[arg-type]
             await wait_for(lambda n=i + 1: len(runner.log) == n and _waiting(registry), timeout_s=5,
                            interval_s=0, what="the actor to serve it and wait again")
     assert runner.log == [f"message:m{i}" for i in range(30)]
