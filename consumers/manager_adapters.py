@@ -144,17 +144,17 @@ class ManagerEvents:
             log.warning("event %s of %s not acknowledged by the broker", event_type, session_id)
 
     async def emit_all(self, events: Sequence[tuple[str, str, Any]]) -> None:
-        """Publish in order on the one connection, then wait for every ack (a deletion's chunk).
-
-        SM-22: ``session.deleted`` is published only once everything sent before it is stored, so
-        no reply of the old generation (sent just before the generation changed) is stored after
-        it: the outbound and events streams store independently of the connection's order."""
-        deleting = any(event_type == "session.deleted" for _sid, event_type, _payload in events)
-        if deleting and not await self._publisher.stored_so_far():
-            log.warning("publishes before a deletion's session.deleted not all acknowledged in time")
+        """Publish in order on the one connection, then wait for every ack (a deletion's chunk)."""
         sent = [await self._publisher.emit(sid, event_type, payload) for sid, event_type, payload in events]
         if not await self._publisher.settle(sent):
             log.warning("not all of %d session events were acknowledged by the broker", len(sent))
+
+    async def stored_so_far(self) -> None:
+        """SM-22: every publish sent before now answered by the broker (a deletion waits for it
+        before its first ``session.deleted``: the outbound and events streams store
+        independently of the connection's order), bounded by the publisher's timeout."""
+        if not await self._publisher.stored_so_far():
+            log.warning("publishes before a deletion's session.deleted not all acknowledged in time")
 
 
 def build_manager(

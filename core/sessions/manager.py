@@ -324,6 +324,11 @@ class SessionManager:
             parent_id = removed[0].parent_id
             async with self._writer.mutation():
                 await self._writer.apply(StoreChange(deleted_sessions=tuple(subtree), generations=generations))
+            # SM-22: a reply checked against the old generation just before the bump may still be
+            # in flight; streams store independently of the connection's order, so the first
+            # session.deleted waits until everything sent before now is stored. Once, not per
+            # chunk: whatever is sent after the bump is refused by its generation.
+            await self._writer.stored_so_far()
             # A chunk at a time, children first: its session.deleted events stored (acks awaited
             # together), then its data cleared in one go; the loop yields between chunks.
             children_first = removed[::-1]

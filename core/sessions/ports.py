@@ -91,3 +91,7 @@ class EventSink(Protocol):
     async def emit_all(self, events: Sequence[tuple[str, str, JsonObject]]) -> None:
         """Publish ``(session_id, event_type, payload)`` events in this order; all stored on return."""
         ...
+
+    async def stored_so_far(self) -> None:
+        """Return once everything published before the call (events, replies) is stored (SM-22)."""
+        ...

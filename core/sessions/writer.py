@@ -228,6 +228,13 @@ class SessionWriter:
         except Exception:
             log.exception("emitting %d session events failed", len(events))
 
+    async def stored_so_far(self) -> None:
+        """Wait until everything published before now is stored; a sink failure is logged."""
+        try:
+            await self._events.stored_so_far()
+        except Exception:
+            log.exception("waiting for earlier publishes to be stored failed")
+
     # -- deletion marks (SM-17, SM-22) ---------------------------------------
 
     def mark_deleting(self, session_ids: Sequence[str]) -> asyncio.Event:

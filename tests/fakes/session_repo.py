@@ -78,6 +78,7 @@ class RecordingEventSink:
 
     def __init__(self) -> None:
         self.events: list[EmittedEvent] = []
+        self.barriers: list[int] = []  # how many events were recorded at each ``stored_so_far``
 
     async def emit(self, session_id: str, event_type: str, payload: JsonObject) -> None:
         """Record the event."""
@@ -86,6 +87,10 @@ class RecordingEventSink:
     async def emit_all(self, events: Sequence[tuple[str, str, JsonObject]]) -> None:
         """Record the events in order."""
         self.events.extend(EmittedEvent(*e) for e in events)
+
+    async def stored_so_far(self) -> None:
+        """Record where the barrier fell among the events."""
+        self.barriers.append(len(self.events))
 
     def of_type(self, event_type: str) -> list[EmittedEvent]:
         """The recorded events of one type, in order."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +28,12 @@ from tests.waiting import wait_for
 
 class NoEvents:
     async def emit(self, session_id: str, event_type: str, payload: JsonObject) -> None:
+        return None
+
+    async def emit_all(self, events: Sequence[tuple[str, str, JsonObject]]) -> None:
+        return None
+
+    async def stored_so_far(self) -> None:
         return None
 
 

@@ -1,11 +1,9 @@
-"""The session manager's event sink: what a deletion's session.deleted waits for."""
+"""The session manager's event sink: a deletion's barrier and its chunk of session.deleted events."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
-
-import pytest
 
 from consumers.manager_adapters import ManagerEvents
 
@@ -30,18 +28,11 @@ class RecordingPublisher:
         return True
 
 
-@pytest.mark.rule("SM-22")
-async def test_session_deleted_is_published_only_after_everything_sent_before_it_is_stored() -> None:
-    # A reply sent just before the generation changed must be stored before session.deleted; the
-    # outbound and events streams store independently, so the event waits for the earlier acks.
+async def test_the_barrier_is_the_publishers_and_a_chunk_does_not_wait_for_it_again() -> None:
+    # The manager waits once before a deletion's first chunk (tests/unit/sessions/test_manager_deletion.py);
+    # the sink's barrier is the publisher's, and emitting a chunk adds none of its own.
     publisher = RecordingPublisher()
     events = ManagerEvents(publisher)  # type: ignore[arg-type]
+    await events.stored_so_far()
     await events.emit_all([("a", "session.deleted", {}), ("b", "session.deleted", {})])
     assert publisher.calls == ["stored_so_far", "emit session.deleted", "emit session.deleted"]
-
-
-async def test_other_session_events_do_not_wait_for_earlier_publishes() -> None:
-    publisher = RecordingPublisher()
-    events = ManagerEvents(publisher)  # type: ignore[arg-type]
-    await events.emit_all([("a", "session.created", {})])
-    assert publisher.calls == ["emit session.created"]

@@ -9,7 +9,7 @@ import pytest
 
 from core.errors import Conflict, InvalidInput
 from core.sessions.fields import SessionCreation
-from core.sessions.manager import SessionManager
+from core.sessions.manager import DELETION_CHUNK, SessionManager
 from core.sessions.records import WorkBinding
 from tests.fakes.session_repo import InMemorySessionRepository, RecordingEventSink
 
@@ -108,6 +108,24 @@ async def test_generations_are_never_given_twice_and_survive_a_restart(
     await restarted.ensure_session(sid)
     await restarted.delete_session(sid)
     assert restarted.generation_of(sid) not in given | {stale, manager.generation_of(sid)}
+
+
+@pytest.mark.rule("SM-22")
+async def test_the_first_session_deleted_waits_once_for_everything_published_before_the_generation_changed(
+    manager: SessionManager, sink: RecordingEventSink
+) -> None:
+    # A reply checked against the old generation just before the bump may still be in flight, and the
+    # outbound and events streams store independently: the first session.deleted comes after a barrier
+    # on everything sent before it. One barrier: what is sent after the bump is refused by its generation.
+    root = await manager.create_session({"id": new_id("root")})
+    for i in range(DELETION_CHUNK + 3):  # two chunks
+        await manager.create_child_session(root.id, {"id": new_id(f"c{i}")})
+    sink.clear()
+    sink.barriers.clear()
+    deleted = await manager.delete_session(root.id)
+    assert len(deleted) == DELETION_CHUNK + 4
+    assert sink.events[0].event_type == "session.deleted"
+    assert sink.barriers == [0]
 
 
 async def test_creating_under_a_session_being_deleted_is_refused(manager: SessionManager) -> None:
