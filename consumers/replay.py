@@ -79,7 +79,7 @@ async def replay(
                 batch = min(FETCH_BATCH, info.num_pending)
             try:
                 msgs = await psub.fetch(batch, timeout=fetch_timeout_s)
-            except NatsTimeoutError:
+            except (NatsTimeoutError, TimeoutError):  # nats-py raises asyncio's when its no-wait pull used it all
                 continue
             for m in msgs:
                 if start_time is not None and m.metadata.timestamp < start_time:

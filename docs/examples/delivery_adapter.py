@@ -35,6 +35,15 @@ async def deliver(reply: dict[str, Any], msg_id: str | None) -> None:
           flush=True)
 
 
+async def next_batch(sub: Any, batch: int) -> list[Any]:
+    """Up to ``batch`` replies; [] when none came within a second. nats-py raises its own TimeoutError,
+    or asyncio's when its first no-wait pull took the whole second (a loaded machine): catch both."""
+    try:
+        return list(await sub.fetch(batch, timeout=1.0))
+    except (NatsTimeout, asyncio.TimeoutError):
+        return []  # nothing new; ask again (a fresh pull also survives a server restart)
+
+
 async def run(args: argparse.Namespace) -> int:
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -51,11 +60,7 @@ async def run(args: argparse.Namespace) -> int:
     print(f"delivering {subject} as {args.durable}", file=sys.stderr, flush=True)
     try:
         while not stop.is_set():
-            try:
-                msgs = await sub.fetch(args.batch, timeout=1.0)
-            except NatsTimeout:
-                continue  # nothing new; ask again (a fresh pull also survives a server restart)
-            for msg in msgs:
+            for msg in await next_batch(sub, args.batch):
                 await deliver(json.loads(msg.data), (msg.headers or {}).get("Nats-Msg-Id"))
                 await msg.ack()  # only after delivery: a crash before this redelivers it
     finally:

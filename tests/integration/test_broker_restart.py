@@ -9,6 +9,7 @@ from nats.aio.client import Client
 
 from consumers.nats_server import NatsServer
 from consumers.service import TurnstileService
+from consumers.settings import Settings
 from schemas.subjects import Subjects
 from tests.integration.harness import Collector, inbound, publish_inbound, wait_for
 
@@ -19,6 +20,15 @@ async def _publish_when_back(nc: Client, subjects: Subjects, body: dict[str, obj
     except Exception:
         return False
     return True
+
+
+@pytest.fixture
+def settings(settings: Settings) -> Settings:
+    """A lease TTL longer than a restart on a loaded machine. A broker away past the TTL's renewal window
+    fences the service by design, and ``turnstile run`` then competes for ownership again with a new
+    service (tests/integration/test_broker_outage.py); this test is about one service's fetch loop
+    coming back, not about the lease."""
+    return settings.model_copy(update={"lease_ttl_s": 30.0})
 
 
 @pytest.mark.timeout(90)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import importlib.util
 import uuid
 
+import nats.errors
 import orjson
 import pytest
 from nats.aio.client import Client
@@ -47,7 +50,28 @@ async def test_example_adapter_delivers_durably_and_resumes_after_a_kill(
         lines = await resumed.wait_line('"text"')
     finally:
         code = await resumed.stop()
-        assert code == 0, resumed.stderr
+        assert code == 0, "\n".join(resumed.stderr)
     assert [orjson.loads(line)["text"] for line in lines] == ["three"]  # acked ones are not delivered again
     info = await nc.jetstream().consumer_info(subjects.outbound_stream, f"deliver-{platform}")
     assert info.num_ack_pending == 0 and info.num_pending == 0
+
+
+class TimingOutPull:
+    """A pull subscription whose fetch times out the way nats-py does on a loaded machine."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    async def fetch(self, batch: int, timeout: float) -> list[object]:
+        raise self.error
+
+
+@pytest.mark.parametrize("error", [asyncio.TimeoutError(), nats.errors.TimeoutError()])
+async def test_example_adapter_asks_again_when_a_pull_times_out_either_way(error: Exception) -> None:
+    # nats-py raises asyncio.TimeoutError (not its own) when its no-wait probe used the whole timeout;
+    # the adapter crashed on it (exit 1 on Ctrl-C under load).
+    spec = importlib.util.spec_from_file_location("delivery_adapter", ADAPTER)
+    assert spec is not None and spec.loader is not None
+    adapter = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(adapter)
+    assert await adapter.next_batch(TimingOutPull(error), 32) == []
