@@ -3,7 +3,8 @@
 One nats-server, one service process (bench/memory_service.py: the unmodified ``turnstile run``
 with memory probes), SQLite by default (``--store postgres`` for a fresh PostgreSQL database).
 Steps: RSS once the service is ready (no sessions), then ``--sessions`` sessions × 1 plain message
-published at once and drained, RSS after the last reply; then an in-process dump (live objects by
+published at once and drained, RSS after the last reply (and read every 0.25 s from the first message
+published: the peak during the drain); then an in-process dump (live objects by
 type after ``gc.collect()``; the containers of 1,000 items or more, by owner; glibc's malloc totals and
 the largest anonymous mappings; ``BENCH_HOLDERS_OF=<text>``: who holds the strings containing it),
 what one live session actor holds alone (a referent walk from each of
