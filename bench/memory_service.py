@@ -23,6 +23,7 @@ import logging
 import os
 import signal
 import sys
+import time
 import tracemalloc
 import types
 from collections import Counter
@@ -314,7 +315,11 @@ def main() -> None:
         data["anonymous_regions"] = _anonymous_regions()
         data["mallinfo"] = _mallinfo()
         data["rss_before_trim_bytes"] = _rss_bytes()
+        started = time.perf_counter()
         data["malloc_trim"] = _malloc_trim()
+        data["malloc_trim_s"] = time.perf_counter() - started
+        # The service's own trims (consumers/heap_trim.py): how many so far, and their time.
+        data["heap_trims"] = [(o.trims, o.seconds) for o in gc.get_objects() if type(o).__name__ == "HeapTrim"]
         data["rss_after_trim_bytes"] = _rss_bytes()
         data["actor_retained"] = _actor_retained()  # after the RSS reads: the walk allocates
         if os.environ.get("BENCH_HOLDERS_OF"):

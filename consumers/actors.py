@@ -33,6 +33,7 @@ from typing import Any, Protocol
 
 from consumers.admission import WorkAdmission
 from consumers.deadline import Deadline
+from consumers.heap_trim import HeapTrim
 from consumers.retry_policy import OwnershipLost
 from consumers.turn_runner import TurnRunner
 from core.engine.policy import MidTurnAction
@@ -85,30 +86,33 @@ class Mailbox:
 
     In place of an ``asyncio.PriorityQueue`` and an ``asyncio.timeout`` around each wait: a message
     that finds its actor waiting (paced traffic: every one) cost a getter future, a heap push and pop,
-    and a timer armed and cancelled. Here a wait is on one event, and the idle deadline one timer
+    and a timer armed and cancelled. Here a wait is one future, and the idle deadline one timer
     kept across waits (``consumers/deadline.py``).
     ``task_done``/``join`` count unfinished items as ``asyncio.Queue`` does.
+
+    Every loaded session has one, so it holds one ``deque`` (760 B empty) and nothing else that is
+    not needed yet: the commands' deque is made by the first command, the wait's future by each wait
+    (as ``asyncio.Event.wait`` did, without the event's deque of waiters) and ``join``'s only by a join.
     """
 
     def __init__(self) -> None:
-        self._commands: deque[Command] = deque()
+        self._commands: deque[Command] | None = None
         self._messages: deque[Work] = deque()
-        self._ready = asyncio.Event()  # set by a put, or once the wait's deadline has passed
+        self._waiter: asyncio.Future[None] | None = None  # done by a put, or once the wait's deadline has passed
         self._deadline = Deadline()
         self._unfinished = 0
-        self._finished = asyncio.Event()
-        self._finished.set()
+        self._joined: asyncio.Future[None] | None = None  # done once no item is unfinished
 
     def empty(self) -> bool:
         return not (self._commands or self._messages)
 
     def qsize(self) -> int:
-        return len(self._commands) + len(self._messages)
+        return len(self._commands or ()) + len(self._messages)
 
     def put(self, item: Item) -> None:
         """Queue ``item`` behind the others of its kind."""
         if isinstance(item, Command):
-            self._commands.append(item)
+            self._command_queue().append(item)
         else:
             self._messages.append(item)
         self._added()
@@ -116,15 +120,24 @@ class Mailbox:
     def put_back(self, item: Item) -> None:
         """Queue ``item`` (just taken) again in its place: ahead of the others of its kind."""
         if isinstance(item, Command):
-            self._commands.appendleft(item)
+            self._command_queue().appendleft(item)
         else:
             self._messages.appendleft(item)
         self._added()
 
+    def _command_queue(self) -> deque[Command]:
+        if self._commands is None:
+            self._commands = deque()
+        return self._commands
+
     def _added(self) -> None:
         self._unfinished += 1
-        self._finished.clear()
-        self._ready.set()
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     def get_nowait(self) -> Item:
         """The next item: a command first; IndexError when empty."""
@@ -132,8 +145,8 @@ class Mailbox:
 
     def take_all(self) -> list[Item]:
         """Every queued item, in serving order (each still to be marked ``task_done``)."""
-        items: list[Item] = [*self._commands, *self._messages]
-        self._commands.clear()
+        items: list[Item] = [*(self._commands or ()), *self._messages]
+        self._commands = None
         self._messages.clear()
         return items
 
@@ -141,12 +154,13 @@ class Mailbox:
         """Wait until an item is queued; False when ``timeout_s`` passed with none."""
         if not self.empty():
             return True
-        self._ready.clear()
-        self._deadline.start(timeout_s, self._ready.set)
+        waiter = self._waiter = asyncio.get_running_loop().create_future()
+        self._deadline.start(timeout_s, self._wake)
         try:
-            await self._ready.wait()
+            await waiter
         finally:
             self._deadline.stop()
+            self._waiter = None
         return not self.empty()
 
     def stop_timer(self) -> None:
@@ -157,11 +171,17 @@ class Mailbox:
         self._unfinished -= 1
         if self._unfinished <= 0:
             self._unfinished = 0
-            self._finished.set()
+            joined, self._joined = self._joined, None
+            if joined is not None and not joined.done():
+                joined.set_result(None)
 
     async def join(self) -> None:
         """Wait until every item put has been marked ``task_done``."""
-        await self._finished.wait()
+        if self._unfinished <= 0:
+            return
+        if self._joined is None:
+            self._joined = asyncio.get_running_loop().create_future()
+        await asyncio.shield(self._joined)  # shared by the joiners: one giving up leaves it to the others
 
 
 class OwnershipFence(Protocol):
@@ -387,9 +407,10 @@ class ActorRegistry:
     def __init__(
         self, make_runner: Callable[[str], TurnRunner], idle_s: float, stop_wait_s: float = STOP_WAIT_S,
         max_loaded: int | None = None, retire_retry_s: float = RETIRE_RETRY_S,
-        max_with_work: int | None = None,
+        max_with_work: int | None = None, heap_trim: HeapTrim | None = None,
     ) -> None:
         self._make_runner = make_runner
+        self._heap_trim = heap_trim  # told of every session unloaded (the service: glibc's malloc_trim per batch)
         self.admission = WorkAdmission(max_with_work)
         self._idle_s = idle_s
         self.stop_wait_s = stop_wait_s
@@ -507,6 +528,8 @@ class ActorRegistry:
             fresh.start()
         elif not self._closing:
             actor.runner.unload()  # evicted: its transcript and snapshot caches go with it
+            if self._heap_trim is not None:
+                self._heap_trim.unloaded()
 
     @asynccontextmanager
     async def stopped(self, session_id: str) -> AsyncIterator[bool]:

@@ -26,6 +26,7 @@ from consumers.api import build_router
 from consumers.catalog import control_operations
 from consumers.control_parts import ControlParts
 from consumers.control_routing import ControlRouter
+from consumers.heap_trim import HeapTrim
 from consumers.history import SessionHistory
 from consumers.inbound_loop import InboundLoop
 from consumers.inflight import recover_inflight
@@ -239,7 +240,8 @@ def bootstrap(
         )
 
     actors = ActorRegistry(
-        runner_of, idle_s=s.actor_idle_s, max_loaded=s.max_loaded_sessions, max_with_work=s.max_sessions_with_work
+        runner_of, idle_s=s.actor_idle_s, max_loaded=s.max_loaded_sessions, max_with_work=s.max_sessions_with_work,
+        heap_trim=HeapTrim(),
     )
     history = SessionHistory(actors, opener, js, subjects, manager)
     recorder = ManagerRecorder(manager, on_created=opener.remember_created)

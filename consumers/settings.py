@@ -92,9 +92,10 @@ class Settings(BaseSettings):
     fetch_batch: int = Field(256, gt=0, le=10_000, description="inbound messages fetched per pull request (at most the room left under TURNSTILE_MAX_INBOUND_IN_FLIGHT)")
     fetch_timeout_s: float = Field(1.0, gt=0, description="how long one fetch waits for messages")
     max_inbound_in_flight: int = Field(
-        1024, gt=0,
+        512, gt=0,
         description="inbound messages fetched and not yet staged, acked and handed off (the fetch loop waits "
-        "for room; bounds memory while recordings wait behind a deletion)",
+        "for room; bounds memory while recordings wait behind a deletion, and while a backlog over many sessions "
+        "waits for TURNSTILE_MAX_SESSIONS_WITH_WORK)",
     )
     ack_wait_s: float = Field(30.0, gt=0, description="inbound consumer ack wait")
     max_deliver: int = Field(20, gt=0, description="inbound consumer max deliveries")

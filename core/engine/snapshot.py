@@ -147,7 +147,9 @@ class EventsJson:
             known = 0
         for record in events[known:]:
             records.append(record)
-            parts.append(orjson.dumps(record, default=to_jsonable_python))
+            # Copied at its length: ``orjson.dumps`` hands back its whole write buffer (4 KB for a
+            # 200-byte record), and these stay as long as the session is loaded (3 per turn).
+            parts.append(bytes(memoryview(orjson.dumps(record, default=to_jsonable_python))))
         return b",".join(parts)
 
 

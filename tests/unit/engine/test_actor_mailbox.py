@@ -280,3 +280,24 @@ async def test_an_actor_that_waits_for_each_message_arms_no_timer_per_message() 
     assert runner.log == [f"message:m{i}" for i in range(30)]
     assert timers.armed <= 3, timers.armed
     await registry.close()
+
+
+async def test_a_mailbox_join_waits_for_every_item_and_a_joiner_giving_up_leaves_the_others() -> None:
+    from consumers.actors import Mailbox, Work
+
+    box = Mailbox()
+    await asyncio.wait_for(box.join(), 1)  # nothing put: returns at once
+    box.put(Work("one", "in"))  # type: ignore[arg-type]
+    box.put(Work("two", "in"))  # type: ignore[arg-type]
+    first = asyncio.create_task(box.join())
+    second = asyncio.create_task(box.join())
+    await asyncio.sleep(0)
+    first.cancel()
+    box.get_nowait()
+    box.task_done()
+    await asyncio.sleep(0)
+    assert not second.done()
+    box.get_nowait()
+    box.task_done()
+    await asyncio.wait_for(second, 1)
+    assert first.cancelled()
