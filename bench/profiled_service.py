@@ -11,6 +11,8 @@ The service is the unmodified ``consumers.cli run``; this wrapper only adds, in-
 With ``BENCH_TIME_OPENS`` set (bench/cold.py) it also times, in the window, every open of an
 unloaded session (``TurnRunner.load`` that had no engine loaded) and the two reads inside it
 (``Publisher.last_checkpoint``, ``SqlHistoryJournal.load``): wall ms each, from ``time.perf_counter``.
+With ``BENCH_MARKS`` set (``bench.timeline --marks``) it records wall-clock marks on a message's
+serial path (bench/service_marks.py) into the counters' ``marks``.
 
 SIGUSR1 resets the counters and starts the profiler (the measured window opens);
 SIGUSR2 stops it and writes ``$BENCH_PROFILE_OUT`` (pstats) and ``$BENCH_PROFILE_OUT.json``
@@ -34,6 +36,8 @@ from typing import Any
 import orjson
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
+
+from bench.service_marks import ServiceMarks
 
 _TABLE = re.compile(r"\b(?:INTO|UPDATE|FROM)\s+\"?(\w+)", re.IGNORECASE)
 _WRITTEN = re.compile(r"\bINSERT\s+INTO\s+\"?(\w+)", re.IGNORECASE)  # every table a data-modifying WITH writes
@@ -183,6 +187,9 @@ def main() -> None:
     if os.environ.get("BENCH_TIME_OPENS"):
         opens.install()
     sql = SqlCounter()
+    marks = ServiceMarks()
+    if os.environ.get("BENCH_MARKS"):
+        marks.install()
     event.listen(Engine, "before_cursor_execute", sql.on_execute)
     event.listen(Engine, "commit", sql.on_commit)
     sql.install_committed()
@@ -200,6 +207,8 @@ def main() -> None:
         for values in opens.times.values():
             values.clear()
         opens.active = True
+        marks.marks.clear()
+        marks.active = True
         if not os.environ.get("BENCH_PROFILE_OFF"):  # hotpath --no-profile: counters and CPU only
             profiler.enable()
 
@@ -208,11 +217,13 @@ def main() -> None:
         sql.active = False
         pg.active = False
         opens.active = False
+        marks.active = False
         profiler.dump_stats(str(out))
         data = {
             "sql_statements": dict(sql.statements), "sql_commits": sql.commits, "commit_log": sql.commit_log,
             "pg_round_trips": dict(pg.trips),
             "open_ms": opens.times,
+            "marks": marks.marks,
         }
         Path(str(out) + ".json").write_bytes(orjson.dumps(data))
 

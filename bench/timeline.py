@@ -7,7 +7,12 @@ are published at ``--rate`` per second (far below capacity). Only messages that 
 summarised: answered before the next publish, the previous one answered before theirs (on a
 loaded machine some are not). ``--db pg`` runs the service on a fresh PostgreSQL database
 (127.0.0.1:5432, bench/pg.py) instead of a SQLite file. ``--worker floor`` runs bench/floor.py instead (NATS marks only:
-its SQL commits are not logged).
+its SQL commits are not logged); its checkpoints are ``--checkpoint-bytes`` each (default 2,600 B, a
+turnstile checkpoint early in a session; the table's header gives turnstile's average over its run,
+which grows ~0.5 kB a plain turn: pass it to compare the fenced round trips like for like).
+``--marks`` adds the service's own marks on the serial path (bench/service_marks.py: the actor's
+item, the user message's staging, the model turn, each checkpoint's publish and the waits for the
+chain, socket writes, publish acks), shown in brackets (``[ck wait<] #2``).
 
 Marks, all in ``time.time()`` of the same machine:
 
@@ -154,25 +159,40 @@ def summarise(messages: list[dict[str, float]], min_share: float = 0.2) -> list[
     return rows
 
 
-# The floor's publish shape here (``--worker floor``): a plain turnstile message at one session
-# (2 checkpoints, 5 events, 1 reply; sizes as measured in the load phase, roughly).
-FLOOR_SHAPE = PublishShape(
-    0, {"checkpoint": StreamShape(2.0, 2600.0), "events": StreamShape(5.0, 330.0), "outbound": StreamShape(1.0, 330.0)}
-)
+# The floor's checkpoint size here by default (``--worker floor``): a plain turnstile message's early in a
+# session. Turnstile's checkpoints grow with the conversation (~0.5 kB a plain turn); pass
+# ``--checkpoint-bytes`` their average over the run to compare round trips like for like.
+FLOOR_CHECKPOINT_BYTES = 2600.0
 
 
-async def measure(messages: int, rate: float, work: Path, worker: str = "turnstile", db: str = "sqlite") -> dict[str, Any]:
+def floor_shape(checkpoint_bytes: float) -> PublishShape:
+    """The floor's publish shape: a plain turnstile message at one session (2 checkpoints, 5 events, 1 reply)."""
+    return PublishShape(
+        0,
+        {"checkpoint": StreamShape(2.0, checkpoint_bytes), "events": StreamShape(5.0, 330.0),
+         "outbound": StreamShape(1.0, 330.0)},
+    )
+
+
+async def measure(
+    messages: int, rate: float, work: Path, worker: str = "turnstile", db: str = "sqlite", *,
+    marks: bool = False, checkpoint_bytes: float = FLOOR_CHECKPOINT_BYTES,
+) -> dict[str, Any]:
     """One run; ``worker`` is ``turnstile`` (marks + the service's commit log) or ``floor`` (NATS marks only);
-    ``db`` is the service's store (``sqlite`` | ``pg``)."""
+    ``db`` is the service's store (``sqlite`` | ``pg``); ``marks``: the service's own marks too
+    (bench/service_marks.py); ``checkpoint_bytes``: the floor's checkpoint size."""
     if db == "pg":
         from bench.pg import fresh_database
 
         async with fresh_database("timeline") as name:
-            return await _measure(messages, rate, work, worker, name)
-    return await _measure(messages, rate, work, worker, None)
+            return await _measure(messages, rate, work, worker, name, marks, checkpoint_bytes)
+    return await _measure(messages, rate, work, worker, None, marks, checkpoint_bytes)
 
 
-async def _measure(messages: int, rate: float, work: Path, worker: str, pg_database: str | None) -> dict[str, Any]:
+async def _measure(
+    messages: int, rate: float, work: Path, worker: str, pg_database: str | None, with_marks: bool,
+    checkpoint_bytes: float,
+) -> dict[str, Any]:
     from bench.scenarios import plain_text  # imports LangGraph (the bench extra): not needed by the pure helpers
 
     conf = work / "nats-open.conf"
@@ -191,6 +211,7 @@ async def _measure(messages: int, rate: float, work: Path, worker: str, pg_datab
     marks: list[Mark] = []
     sent: dict[str, float] = {}  # inbound id → sent_at
     replied: dict[str, float] = {}  # inbound id → first reply seen
+    checkpoint_sizes: list[int] = []
     active = False
 
     async def on_msg(msg: Msg) -> None:
@@ -205,6 +226,8 @@ async def _measure(messages: int, rate: float, work: Path, worker: str, pg_datab
         if kind is None:
             return
         marks.append((now, kind))
+        if kind == "checkpoint":
+            checkpoint_sizes.append(len(msg.data))
         if kind == "reply":
             replied.setdefault(orjson.loads(msg.data).get("reply_to"), now)
 
@@ -213,7 +236,7 @@ async def _measure(messages: int, rate: float, work: Path, worker: str, pg_datab
     await tap.flush()
     log_path = work / "service.counters"
     if worker == "floor":
-        child = await start_floor(server.url, prefix, orjson.dumps(FLOOR_SHAPE.as_dict()).decode(), work / "floor.log", 600)
+        child = await start_floor(server.url, prefix, orjson.dumps(floor_shape(checkpoint_bytes).as_dict()).decode(), work / "floor.log", 600)
         await nc.publish(f"{prefix}.bench.go", b"")
     else:
         extra: dict[str, str] = {}
@@ -223,9 +246,12 @@ async def _measure(messages: int, rate: float, work: Path, worker: str, pg_datab
             extra["TURNSTILE_DATABASE_URL"] = pg_url(pg_database, "postgresql+asyncpg")
         config = ServiceConfig(server.url, prefix, work / f"{prefix}.db", extra)
         env = {**config.env(), "BENCH_PROFILE_OUT": str(log_path), "BENCH_PROFILE_OFF": "1"}
+        if with_marks:
+            env["BENCH_MARKS"] = "1"
         child = Child(["-m", "bench.profiled_service"], env, work / "service.log")
     driver = Driver(nc, subjects, Meters(server_meter, server_meter))
     commit_log: list[list[Any]] = []
+    service_marks: list[Mark] = []
     pg_trips: dict[str, int] = {}
     try:
         if worker != "floor":
@@ -249,6 +275,7 @@ async def _measure(messages: int, rate: float, work: Path, worker: str, pg_datab
             await asyncio.sleep(0.2)  # the file is written in one call; let it finish
             logged = orjson.loads(await asyncio.to_thread(json_path.read_bytes))
             commit_log = logged["commit_log"]
+            service_marks = [(float(at), f"[{name}]") for at, name in logged.get("marks", [])]
             pg_trips = logged.get("pg_round_trips", {})
     finally:
         await child.stop()
@@ -260,10 +287,11 @@ async def _measure(messages: int, rate: float, work: Path, worker: str, pg_datab
     ids = sorted(sent, key=sent.__getitem__)
     origins = [sent[i] for i in ids]
     alone = isolated(origins, [replied.get(i) for i in ids])
-    msgs = [m for m, keep in zip(per_message(origins, marks + commit_marks(commit_log)), alone, strict=True) if keep]
+    msgs = [m for m, keep in zip(per_message(origins, marks + commit_marks(commit_log) + service_marks), alone, strict=True) if keep]
     commit_durations = [(entry[1] - entry[0]) * 1000 for entry in commit_log]
     return {
         "worker": worker,
+        "checkpoint_bytes_mean": statistics.fmean(checkpoint_sizes) if checkpoint_sizes else None,
         "db": "pg" if pg_database is not None else "sqlite",
         "messages": messages,
         "rate_per_s": rate,
@@ -289,7 +317,7 @@ def table(r: dict[str, Any]) -> str:
     lines = [
         f"{r['worker']} ({r.get('db', 'sqlite')}), one session, {r['messages']} plain messages at {r['rate_per_s']:g}/s ({r['answered']} answered,"
         f" {r['isolated']} alone: summarised; driver reply latency p50 {lat['p50_ms']:.2f} ms, p99 {lat['p99_ms']:.2f} ms);"
-        f"{sql} load average {r['load_average'][0]:.1f}",
+        f"{sql} checkpoints {r['checkpoint_bytes_mean'] or 0:,.0f} B on average; load average {r['load_average'][0]:.1f}",
         f"{'mark':<44} {'median ms':>9} {'step ms':>8} {'p90 ms':>8} {'share':>6}",
     ]
     if r.get("pg_round_trips_per_msg"):
@@ -308,13 +336,19 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=5.0, help="messages per second (keep it far below capacity)")
     parser.add_argument("--worker", choices=["turnstile", "floor"], default="turnstile")
     parser.add_argument("--db", choices=["sqlite", "pg"], default="sqlite", help="the service's store (turnstile only)")
+    parser.add_argument("--marks", action="store_true",
+                        help="turnstile: add the service's own marks on the serial path (bench/service_marks.py)")
+    parser.add_argument("--checkpoint-bytes", type=float, default=FLOOR_CHECKPOINT_BYTES,
+                        help="floor: its checkpoint size (turnstile's grow with the conversation)")
     parser.add_argument("--out", type=Path, default=ROOT / "var" / "bench")
     args = parser.parse_args()
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     work = args.out / f"work-timeline-{stamp}"
     work.mkdir(parents=True, exist_ok=True)
     try:
-        result = asyncio.run(asyncio.wait_for(measure(args.messages, args.rate, work, args.worker, args.db), 600))
+        result = asyncio.run(asyncio.wait_for(measure(
+            args.messages, args.rate, work, args.worker, args.db, marks=args.marks, checkpoint_bytes=args.checkpoint_bytes,
+        ), 600))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     result["started_at"] = stamp

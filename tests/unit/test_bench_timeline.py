@@ -51,3 +51,34 @@ def test_only_messages_that_ran_alone_are_kept() -> None:
     origins = [0.0, 1.0, 2.0, 3.0, 4.0]
     replies = [0.5, 2.5, 2.7, 3.5, None]  # the 2nd overlaps the 3rd; the 5th was never answered
     assert isolated(origins, replies) == [True, False, False, True, False]
+
+
+async def test_service_marks_record_around_and_before_a_step_only_while_active() -> None:
+    from bench.service_marks import ServiceMarks
+
+    class Step:
+        async def run(self, x: int) -> int:
+            return x + 1
+
+        async def send(self) -> None:
+            return None
+
+    marks = ServiceMarks()
+    marks._around(Step, "run", "run")
+    marks._before(Step, "send", "send>")
+    assert await Step().run(1) == 2  # inactive: the step still runs, nothing is recorded
+    assert marks.marks == []
+    marks.active = True
+    assert await Step().run(2) == 3
+    await Step().send()
+    assert [name for _, name in marks.marks] == ["run>", "run<", "send>"]
+    times = [at for at, _ in marks.marks]
+    assert times == sorted(times)
+
+
+def test_the_floor_shape_takes_the_checkpoint_size_given() -> None:
+    from bench.timeline import floor_shape
+
+    shape = floor_shape(122_000.0)
+    assert shape.streams["checkpoint"].stored_bytes_per_msg == 122_000.0
+    assert shape.streams["checkpoint"].per_msg == 2.0
