@@ -527,7 +527,11 @@ class ActorRegistry:
             self._actors[actor.session_id] = fresh
             fresh.start()
         elif not self._closing:
-            actor.runner.unload()  # evicted: its transcript and snapshot caches go with it
+            # Evicted (idle, or past the cap): its transcript and snapshot caches go with it. Unless it is
+            # being handed over, or another actor of the session exists already, the runner may keep
+            # what makes its next reopen here skip the journal read (consumers/known_tails.py).
+            keep = not actor.stopping and actor.session_id not in self._actors
+            actor.runner.unload(keep_tail=keep)
             if self._heap_trim is not None:
                 self._heap_trim.unloaded()
 

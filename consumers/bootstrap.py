@@ -164,6 +164,7 @@ class Runtime:
 
     def fence(self) -> list[asyncio.Task[None]]:
         """Ownership is lost: stage nothing more and cancel running turns now (they stay staged)."""
+        self.opener.forget_all()  # another process may write any session now
         loop = asyncio.get_running_loop()
         tasks = [
             loop.create_task(self.inbound.stop(drain_timeout_s=0)),
@@ -262,6 +263,7 @@ def bootstrap(
             metrics=metrics, make_loop=partition_loop, db=db, forget_created=opener.forget_created,
         )
         inbox.fence = sql_journal.fence = partitioned  # SQL writes carry the partition epoch held
+        opener.fence = partitioned  # a known journal tail holds only at the epoch it was kept at
         actors.fence = partitioned  # a session in doubt serves nothing until its staged messages replay in order
         router = ControlRouter(
             partitioned, subjects=subjects, connection=broker.connection, manager=manager, actors=actors,

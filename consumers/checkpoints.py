@@ -46,23 +46,32 @@ class CheckpointChain:
         self._pub = publisher
         self._metrics = metrics
         self._sent_at = 0.0
-        self._inflight: tuple[KeptAck, int | None] | None = None
+        self._inflight: tuple[KeptAck, int | None, int | None] | None = None
         self._deadline = Deadline()  # the ack wait's timeout, one timer across the waits
         self.seq: int | None = None  # subject sequence of the last acknowledged checkpoint
+        self.version: int | None = None  # its snapshot's state version (None: not known here)
 
-    def reset(self, seq: int | None) -> None:
-        """Continue from the stored checkpoint at ``seq`` (after a load); an unacked one is dropped."""
+    @property
+    def settled(self) -> bool:
+        """True when no checkpoint is in flight (the last one sent was acknowledged, or none was sent)."""
+        return self._inflight is None
+
+    def reset(self, seq: int | None, version: int | None = None) -> None:
+        """Continue from the stored checkpoint at ``seq`` (after a load), whose snapshot has state
+        version ``version`` when known; an unacked one is dropped."""
         self._drop_inflight()
         self.seq = seq
+        self.version = version
 
-    async def publish(self, payload: bytes, *, barrier: bool = False) -> None:
-        """Send ``payload`` fenced on the previous checkpoint (whose ack is awaited first)."""
+    async def publish(self, payload: bytes, *, barrier: bool = False, version: int | None = None) -> None:
+        """Send ``payload`` (a snapshot of state version ``version``) fenced on the previous checkpoint
+        (whose ack is awaited first)."""
         await self.settle()
         acked = await self._pub.send_checkpoint(self._session_id, payload, self.seq)
         if self._metrics is not None:
             self._metrics.checkpoint_bytes.observe(len(payload))
             self._sent_at = time.monotonic()
-        self._inflight = (acked, self.seq)
+        self._inflight = (acked, self.seq, version)
         if barrier:
             await self.settle()
 
@@ -70,7 +79,7 @@ class CheckpointChain:
         """Wait for the checkpoint in flight; raises CheckpointFailed if it was not stored."""
         if self._inflight is None:
             return
-        acked, fence = self._inflight
+        acked, fence, version = self._inflight
         try:
             # A cancelled waiter (shutdown) leaves the ack to the next ``settle`` (a ``KeptAck``).
             self.seq = await self._pub.checkpoint_acked(self._session_id, acked, fence, self._deadline)
@@ -81,6 +90,7 @@ class CheckpointChain:
             self._inflight = None  # refused or unanswered: reported once; the runner reloads
             raise
         self._inflight = None
+        self.version = version
         if self._metrics is not None:
             self._metrics.checkpoint_publish.observe(time.monotonic() - self._sent_at)
 

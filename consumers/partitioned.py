@@ -228,6 +228,8 @@ class PartitionedInbound:
         # A session created here and not opened yet may be written by the new owner meanwhile.
         self._forget_created(lambda sid: self.partition_of(sid) in gone)
         stopped = await self._actors.release_sessions(lambda sid: self.partition_of(sid) in gone)
+        # Again, now that their actors are gone: nothing of theirs is known here any more (known tails).
+        self._forget_created(lambda sid: self.partition_of(sid) in gone)
         log.info("partitions %s handed over: %d session actors stopped", partitions, stopped)
 
     def _fence(self, partition: int) -> Callable[[], bool]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Protocol
 
+from consumers.known_tails import KnownTails
 from core.engine import JournalReadAhead, Session, SessionOptions
 from core.sessions.records import OriginChat, SessionRecord
 
@@ -15,8 +16,11 @@ class EngineOpener(Protocol):
     async def open(
         self, session_id: str, restored: dict[str, Any] | None, *, generation: int,
         options: SessionOptions | None = None, chat: dict[str, Any] | None = None, new: bool = False,
-        read_ahead: asyncio.Future[JournalReadAhead] | None = None,
+        known_tail: bool = False, read_ahead: asyncio.Future[JournalReadAhead] | None = None,
     ) -> Session: ...
+
+    @property
+    def tails(self) -> KnownTails: ...
 
     def read_ahead(self, session_id: str, generation: int) -> asyncio.Future[JournalReadAhead] | None: ...
 

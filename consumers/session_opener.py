@@ -8,6 +8,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from consumers.known_tails import KnownTails
 from consumers.mcp_tools import McpToolServers
 from consumers.settings import Settings, secret_value
 from core.engine import (
@@ -25,6 +26,7 @@ from core.providers.base import Provider
 from core.store.journal_repo import SqlHistoryJournal
 from core.store.knowledge_repo import SqlKnowledgeStore
 from core.store.lease_repo import SqlFileLeases
+from core.store.partition_epochs import WriteFence
 
 MAX_CREATED_REMEMBERED = 100_000  # sessions created and not opened yet (see SessionOpener.remember_created)
 
@@ -78,6 +80,10 @@ class SessionOpener:
         self.leases = leases
         self.take_policy = take_policy
         self._generation_of = generation_of
+        # Partitioned: the epochs this process holds its partitions at (set by ``bootstrap``).
+        self.fence: WriteFence | None = None
+        # Unloaded sessions whose journal past their last checkpoint is known empty (consumers/known_tails.py).
+        self.tails = KnownTails(self._epoch_of)
         self.runtime = RuntimeModel(
             model=settings.model,
             reasoning_effort=settings.reasoning_effort,
@@ -107,6 +113,18 @@ class SessionOpener:
         no longer known to be empty, so their next open here reads it."""
         for session_id in [sid for sid in self._created if moved(sid)]:
             del self._created[session_id]
+        self.tails.forget(moved)
+
+    def forget_all(self) -> None:
+        """Ownership of everything lost (the prefix lease): no journal is known to be empty any more."""
+        self._created.clear()
+        self.tails.forget_all()
+
+    def _epoch_of(self, session_id: str) -> int | None:
+        if self.fence is None:
+            return 0
+        claim = self.fence.epoch_of(session_id or None)
+        return None if claim is None else claim[1]
 
     def pop_created(self, session_id: str) -> bool:
         """True once for a session ``remember_created`` saw and nothing opened since."""
@@ -126,14 +144,15 @@ class SessionOpener:
     async def open(
         self, session_id: str, restored: dict[str, Any] | None, *, generation: int,
         options: SessionOptions | None = None, chat: dict[str, Any] | None = None, new: bool = False,
-        read_ahead: asyncio.Future[JournalReadAhead] | None = None,
+        known_tail: bool = False, read_ahead: asyncio.Future[JournalReadAhead] | None = None,
     ) -> Session:
         """Open ``generation`` of ``session_id``; ``restored`` (a snapshot) wins over ``options``.
 
         The session reads and writes only that generation's journal rows, also after its id
         was deleted (SM-21/SM-22: a late write never reaches the next generation).
         ``new``: the session was created by this process a moment ago (``pop_created``), so its
-        journal is known to be empty and is not read. ``read_ahead`` (from ``read_ahead``, started
+        journal is known to be empty and is not read. ``known_tail``: the journal holds nothing past
+        ``restored`` (``KnownTails.take`` held for it), so it is not read either. ``read_ahead`` (from ``read_ahead``, started
         before the checkpoint was fetched): the journal tail past ``restored`` is taken from it
         when it covers it.
         """
@@ -142,7 +161,9 @@ class SessionOpener:
             system_prompt=self._system_prompt,
             runtime=self.runtime,
             options=options or self.options_for(session_id, chat),
-            journal=JournalOfGeneration(self.journal, lambda _session_id: generation, read_ahead),
+            journal=JournalOfGeneration(
+                self.journal, lambda _session_id: generation, read_ahead, on_unsure=self.tails.unsure
+            ),
             provider=self.provider,
             tools=self.tools,
             knowledge=self.knowledge,
@@ -150,16 +171,22 @@ class SessionOpener:
             take_policy=self.take_policy,
             history_reader=JournalHistoryReader(JournalOfGeneration(self.journal, self._generation_of)),
             leases=self.leases,
-            journal_empty=new,
+            journal_empty=new or (known_tail and restored is not None),
         )
 
     async def clear(self, session_id: str, *, before_generation: int | None = None) -> None:
         """Delete the history of generations older than ``before_generation`` (None: all of it)."""
+        self.tails.drop(session_id)
         await self.journal.clear(session_id, before_generation=before_generation)
+        self.tails.drop(session_id)
 
     async def clear_older(self, generations: Sequence[tuple[str, int]]) -> None:
         """Per ``(session_id, generation)``: delete that session's older generations' history."""
+        for session_id, _ in generations:
+            self.tails.drop(session_id)
         await self.journal.clear_older(generations)
+        for session_id, _ in generations:
+            self.tails.drop(session_id)
 
     async def clear_stale(self) -> int:
         """Start-up: delete journal rows of ids without a record or of superseded generations."""

@@ -44,7 +44,7 @@ from consumers.runner_ports import EngineOpener, SessionRecords
 from consumers.turn_events import TurnEvents
 from consumers.turn_inputs import chat_of, external_id_of, work_of
 from consumers.turn_steps import Checkpointer, TurnPlan, TurnResult, TurnSteps
-from core.engine import FORMAT_VERSION, Session, SessionOptions, TurnExhausted
+from core.engine import FORMAT_VERSION, JournalOfGeneration, Session, SessionOptions, TurnExhausted
 from core.engine.policy import MidTurnAction, MidTurnPolicy, decide_mid_turn
 from core.engine.snapshot import EncodedSnapshot
 from core.errors import Cancelled, CheckpointFailed, OwnershipLost, StaleGeneration, TurnstileError, Unavailable
@@ -110,6 +110,7 @@ class TurnRunner:
         self.mid_turn_policy = mid_turn_policy
         self._engine: Session | None = None
         self._generation: int | None = None
+        self._ticket: int | None = None  # of the latest open (KnownTails.opened)
         self._checkpoints = CheckpointChain(session_id, publisher, self._metrics)
         self._version_seen = 0
         self._operation: str | None = None
@@ -171,14 +172,38 @@ class TurnRunner:
             self._engine.cancel(self._operation)
 
     # -- lifecycle ----------------------------------------------------------------------
-    def unload(self) -> None:
-        """Forget the loaded session; the next item restores it from its last checkpoint."""
+    def unload(self, *, keep_tail: bool = False) -> None:
+        """Forget the loaded session; the next item restores it from its last checkpoint.
+
+        ``keep_tail`` (the registry evicting an idle session): when the engine is exactly its
+        journal and its last checkpoint, the next reopen here may skip reading the journal past
+        that checkpoint (``consumers/known_tails.py``). Any other unload forgets that."""
+        tails = self._engines.tails
+        if self._ticket is not None:
+            tails.unloaded(self.session_id, self._ticket, self._exact_tail() if keep_tail else None)
+            self._ticket = None
+        else:
+            tails.drop(self.session_id)
         if self._engine is not None:
             self._engine.forget_caches()
         self._engine = None
         self._generation = None
         self._unload_pending = False
         self._checkpoints.reset(None)
+
+    def _exact_tail(self) -> tuple[int, int, int] | None:
+        """(generation, next_seq, checkpoint sequence) when the loaded engine is exactly the journal
+        (every append returned, none under way or uncertain) and the last checkpoint, acknowledged
+        with nothing in flight, holds that same ``next_seq``; else None."""
+        engine, chain = self._engine, self._checkpoints
+        if engine is None or self._generation is None or self._unload_pending:
+            return None
+        journal = engine.journal
+        if not (isinstance(journal, JournalOfGeneration) and journal.exact and chain.settled):
+            return None
+        if chain.seq is None or chain.version is None or chain.version != engine.state.next_seq:
+            return None
+        return self._generation, chain.version, chain.seq
 
     def stop_timers(self) -> None:
         """Its actor ends: the checkpoint chain's and the finisher's idle timers go with it."""
@@ -222,12 +247,21 @@ class TurnRunner:
             return self._engine
         # A session this process just created has no checkpoint of its generation and no journal.
         new = self._engine is None and self._engines.pop_created(self.session_id)
+        # A session this process unloaded itself, exactly as journaled and checkpointed: if its last
+        # checkpoint is still that one, nothing was journaled past it (consumers/known_tails.py).
+        tails = self._engines.tails
+        tail = None if new else tails.take(self.session_id, generation)
+        if self._ticket is not None:
+            tails.unloaded(self.session_id, self._ticket, None)  # a reload of a generation changed under it
+        self._ticket = tails.opened(self.session_id)
         # The newest journal rows are read while the checkpoint is fetched (PostgreSQL); the open
-        # takes the tail past the checkpoint from them when they cover it.
-        ahead = None if new else self._engines.read_ahead(self.session_id, generation)
+        # takes the tail past the checkpoint from them when they cover it. Not with a tail kept:
+        # it usually holds, and when it does not the open reads the range itself.
+        ahead = None if new or tail is not None else self._engines.read_ahead(self.session_id, generation)
         try:
             last = None if new else await self._pub.last_checkpoint(self.session_id)
             restored: dict[str, Any] | None = None
+            known = False
             self._checkpoints.reset(0)  # fenced on "no checkpoint yet" unless one is found
             if last is not None:
                 seq, payload = last
@@ -239,10 +273,18 @@ class TurnRunner:
                 else:
                     if cp.generation == generation:
                         restored = cp.snapshot
+                        version = restored.get("next_seq")
+                        self._checkpoints.reset(seq, version if type(version) is int else None)
+                        known = (
+                            tail is not None and tail.checkpoint_seq == seq and tail.generation == cp.generation
+                            and tail.next_seq == version
+                        )
             self._engine = await self._engines.open(
                 self.session_id, restored, generation=generation, chat=chat_of(self._book, self.session_id, inbound),
-                new=new, read_ahead=ahead,
+                new=new, known_tail=known, read_ahead=ahead,
             )
+            if known:
+                tails.trusted += 1
         finally:
             if ahead is not None:
                 _drop(ahead)
@@ -284,7 +326,8 @@ class TurnRunner:
             # Sent now, fenced on the previous checkpoint; its ack is awaited before the next
             # one, a tool call, a reply or the end of the item (consumers/checkpoints.py).
             await self._checkpoints.publish(
-                b"".join((envelope[:-1], b',"snapshot":', snapshot.raw, b"}")), barrier=step in BARRIER_STEPS
+                b"".join((envelope[:-1], b',"snapshot":', snapshot.raw, b"}")), barrier=step in BARRIER_STEPS,
+                version=snapshot.state_version,
             )
             self._version_seen = snapshot.state_version
 

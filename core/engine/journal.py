@@ -126,18 +126,41 @@ class JournalOfGeneration:
     writes after its id was deleted stays in the old generation. ``read_ahead``: the newest
     entries, read while the session's checkpoint was fetched; the first ``load`` takes its
     range from them when they cover it (once: later loads read the journal).
+
+    It also keeps what a reopen may rely on: ``exact`` stays True while every append through it
+    returned (durable and folded by its caller) and none is under way. An append that raised or
+    was cancelled may still have committed (a cancelled caller's write still runs in the group
+    commit; a lost ``COMMIT`` answer), so it ends ``exact`` for good and calls ``on_unsure``.
     """
 
     def __init__(
         self, journal: GenerationalJournal, generation_of: Callable[[str], int],
         read_ahead: Awaitable[JournalReadAhead] | None = None,
+        on_unsure: Callable[[str], None] | None = None,
     ) -> None:
         self._journal = journal
         self._generation_of = generation_of
         self._read_ahead = read_ahead
+        self._on_unsure = on_unsure
+        self._appending = 0
+        self._unsure = False
+
+    @property
+    def exact(self) -> bool:
+        """True when the journal holds exactly what the appends through this object returned from."""
+        return not self._unsure and self._appending == 0
 
     async def append(self, session_id: str, entries: list[JournalEntry]) -> None:
-        await self._journal.append(session_id, entries, generation=self._generation_of(session_id))
+        self._appending += 1
+        try:
+            await self._journal.append(session_id, entries, generation=self._generation_of(session_id))
+        except BaseException:
+            self._unsure = True
+            if self._on_unsure is not None:
+                self._on_unsure(session_id)
+            raise
+        finally:
+            self._appending -= 1
 
     async def load(self, session_id: str, *, from_seq: int = 0) -> list[JournalEntry]:
         ahead, self._read_ahead = self._read_ahead, None

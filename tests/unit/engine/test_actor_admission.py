@@ -43,7 +43,7 @@ class GatedRunner:
     def stop_timers(self) -> None:
         return None
 
-    def unload(self) -> None:
+    def unload(self, *, keep_tail: bool = False) -> None:
         return None
 
     async def settle_checkpoints(self) -> None:

@@ -44,7 +44,7 @@ class StoppableRunner:
     async def stop_running_turn(self) -> None:
         self.request_stop("deleted")
 
-    def unload(self) -> None:
+    def unload(self, *, keep_tail: bool = False) -> None:
         self.log.append("unload")
 
     def unload_before_next_item(self) -> None:

@@ -39,7 +39,7 @@ class RecordingRunner:
     def stop_timers(self) -> None:
         return None
 
-    def unload(self) -> None:
+    def unload(self, *, keep_tail: bool = False) -> None:
         self.log.append("unload")
 
     async def settle_checkpoints(self) -> None:

@@ -75,7 +75,7 @@ class Runner:
     async def wait_finished(self) -> None:
         return None
 
-    def unload(self) -> None:
+    def unload(self, *, keep_tail: bool = False) -> None:
         return None
 
     async def release(self) -> None:
