@@ -8,14 +8,12 @@ first, the way 10,000 sessions meet the cap of 256.
 from __future__ import annotations
 
 import uuid
-from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 from nats.aio.client import Client
 
-from consumers.nats_server import NatsServer
 from consumers.service import TurnstileService
 from consumers.session_opener import SessionOpener
 from consumers.settings import Settings
@@ -111,18 +109,10 @@ async def test_a_session_unloaded_here_reopens_from_its_checkpoint_without_readi
 
 
 @pytest.fixture
-def partitioned(nats_server: NatsServer, tmp_path: Path) -> Settings:
+def partitioned(settings: Settings) -> Settings:
     # SQLite: one process owns every partition; a partition handed over is taken again at once.
-    return Settings(
-        nats_url=nats_server.url,
-        database_url=f"sqlite+aiosqlite:///{tmp_path / 'turnstile.db'}",
-        prefix="t" + uuid.uuid4().hex[:8],
-        fetch_timeout_s=0.2,
-        ack_wait_s=5.0,
-        partitions=4,
-        lease_ttl_s=3.0,
-        max_loaded_sessions=1,
-        actor_idle_s=3600.0,
+    return settings.model_copy(
+        update={"partitions": 4, "lease_ttl_s": 3.0, "max_loaded_sessions": 1, "actor_idle_s": 3600.0}
     )
 
 
