@@ -260,7 +260,7 @@ def bootstrap(
     if s.partitions > 1:
         partitioned = PartitionedInbound(
             s, subjects, connection=broker.connection, js=js, inbox=inbox, actors=actors, manager=manager,
-            metrics=metrics, make_loop=partition_loop, db=db, forget_created=opener.forget_created,
+            metrics=metrics, make_loop=partition_loop, db=db, forget_moved=opener.forget_moved,
         )
         inbox.fence = sql_journal.fence = partitioned  # SQL writes carry the partition epoch held
         opener.fence = partitioned  # a known journal tail holds only at the epoch it was kept at

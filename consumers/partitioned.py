@@ -65,7 +65,7 @@ class PartitionedInbound:
         metrics: Metrics,
         make_loop: Callable[[str, Callable[[], bool]], InboundLoop],
         db: AsyncEngine,
-        forget_created: Callable[[Callable[[str], bool]], None] = lambda moved: None,
+        forget_moved: Callable[[Callable[[str], bool]], None] = lambda moved: None,
     ) -> None:
         s = settings
         self._db = db
@@ -78,7 +78,7 @@ class PartitionedInbound:
         self._manager = manager
         self._metrics = metrics
         self._make_loop = make_loop
-        self._forget_created = forget_created  # SessionOpener.forget_created
+        self._forget_moved = forget_moved  # SessionOpener.forget_moved
         self._ownership_lost = asyncio.Event()  # the process's ownership-lost event, given by start()
         sqlite = s.database_url.startswith("sqlite")
         self.ownership = PartitionOwnership(
@@ -225,11 +225,12 @@ class PartitionedInbound:
             sub = self._advisories.pop(p, None)
             if sub is not None:
                 await _quietly(sub.unsubscribe())
-        # A session created here and not opened yet may be written by the new owner meanwhile.
-        self._forget_created(lambda sid: self.partition_of(sid) in gone)
+        # Its sessions may be written by the new owner now: a session created here and not opened yet, and
+        # an unloaded one's known journal tail, are known no more (SessionOpener.forget_moved).
+        self._forget_moved(lambda sid: self.partition_of(sid) in gone)
         stopped = await self._actors.release_sessions(lambda sid: self.partition_of(sid) in gone)
-        # Again, now that their actors are gone: nothing of theirs is known here any more (known tails).
-        self._forget_created(lambda sid: self.partition_of(sid) in gone)
+        # Again, now that their actors are gone (one evicted during the release may have kept a tail).
+        self._forget_moved(lambda sid: self.partition_of(sid) in gone)
         log.info("partitions %s handed over: %d session actors stopped", partitions, stopped)
 
     def _fence(self, partition: int) -> Callable[[], bool]:

@@ -108,9 +108,10 @@ class SessionOpener:
         while len(self._created) > MAX_CREATED_REMEMBERED:
             self._created.popitem(last=False)  # forgetting only costs that session a full load
 
-    def forget_created(self, moved: Callable[[str], bool]) -> None:
+    def forget_moved(self, moved: Callable[[str], bool]) -> None:
         """Sessions another process owns now (a lost partition): whatever it writes, their journal is
-        no longer known to be empty, so their next open here reads it."""
+        no longer known here (neither empty after a create nor ending at a kept tail), so their next
+        open here reads it."""
         for session_id in [sid for sid in self._created if moved(sid)]:
             del self._created[session_id]
         self.tails.forget(moved)

@@ -265,7 +265,7 @@ class TurnRunner:
             self._checkpoints.reset(0)  # fenced on "no checkpoint yet" unless one is found
             if last is not None:
                 seq, payload = last
-                self._checkpoints.reset(seq)
+                version: int | None = None  # the state version of the snapshot continued from, when known
                 try:
                     cp = Checkpoint.model_validate(orjson.loads(payload))
                 except Exception as exc:
@@ -273,12 +273,13 @@ class TurnRunner:
                 else:
                     if cp.generation == generation:
                         restored = cp.snapshot
-                        version = restored.get("next_seq")
-                        self._checkpoints.reset(seq, version if type(version) is int else None)
+                        next_seq = restored.get("next_seq")
+                        version = next_seq if type(next_seq) is int else None
                         known = (
                             tail is not None and tail.checkpoint_seq == seq and tail.generation == cp.generation
                             and tail.next_seq == version
                         )
+                self._checkpoints.reset(seq, version)
             self._engine = await self._engines.open(
                 self.session_id, restored, generation=generation, chat=chat_of(self._book, self.session_id, inbound),
                 new=new, known_tail=known, read_ahead=ahead,

@@ -98,12 +98,12 @@ async def test_a_lost_partitions_sessions_created_here_are_no_longer_taken_as_em
     settings = Settings(partitions=4)
     actors = Actors()
 
-    def forget_created(moved: Callable[[str], bool]) -> None:
+    def forget_moved(moved: Callable[[str], bool]) -> None:
         calls.append((sorted(sid for sid in created if moved(sid)), bool(actors.released)))
 
     parts = PartitionedInbound(
         settings, Subjects("t"), connection=None, js=None, inbox=None, actors=actors, db=None,  # type: ignore[arg-type]
-        manager=None, metrics=None, make_loop=None, forget_created=forget_created,  # type: ignore[arg-type]
+        manager=None, metrics=None, make_loop=None, forget_moved=forget_moved,  # type: ignore[arg-type]
     )
     lost = parts.partition_of("s")
     await parts._lost([lost])
