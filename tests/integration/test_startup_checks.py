@@ -3,8 +3,9 @@ and never takes the ownership lease (real processes, a real nats-server)."""
 
 from __future__ import annotations
 
+import socket
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import nats
@@ -26,9 +27,21 @@ def _settings(nats_server: NatsServer, tmp_path: Path, database_url: str | None 
     )
 
 
+@pytest.fixture
+def refused_port() -> Iterator[int]:
+    """A loopback port that refuses connections for the whole test: bound, never listening, so no
+    other process (the service's own HTTP endpoint once took a ``free_port()``) can take it meanwhile."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield int(sock.getsockname()[1])
+
+
 async def _refused(proc: ConfiguredProcess, code: int, variable: str) -> str:
     await proc.start()
-    exit_code = await proc.wait_exit(timeout_s=40)
+    try:
+        exit_code = await proc.wait_exit(timeout_s=40)
+    finally:
+        await proc.stop()  # a service that did not exit is not left running past its test (no-op once exited)
     log = proc.log_text()
     assert exit_code == code, log[-3000:]
     errors = [line for line in log.splitlines() if " ERROR " in line]
@@ -61,9 +74,9 @@ async def _lease_untouched(nats_server: NatsServer, prefix: str) -> None:
     ids=["sqlite-missing-dir", "postgres-refused", "unknown-driver"],
 )
 async def test_a_bad_database_url_is_refused_before_the_lease(
-    nats_server: NatsServer, tmp_path: Path, url: str
+    nats_server: NatsServer, tmp_path: Path, url: str, refused_port: int
 ) -> None:
-    settings = _settings(nats_server, tmp_path, url.format(port=free_port()))
+    settings = _settings(nats_server, tmp_path, url.format(port=refused_port))
     proc = ConfiguredProcess(settings, tmp_path / "service.log")
     line = await _refused(proc, 3, "TURNSTILE_DATABASE_URL")
     assert "secret" not in proc.log_text()  # the password is masked
@@ -110,12 +123,12 @@ async def test_a_bad_openai_key_is_refused_before_the_lease(
 
 @pytest.mark.timeout(60)
 async def test_an_unreachable_openai_base_url_is_refused_before_the_lease(
-    nats_server: NatsServer, tmp_path: Path
+    nats_server: NatsServer, tmp_path: Path, refused_port: int
 ) -> None:
     settings = _settings(nats_server, tmp_path)
     proc = ConfiguredProcess(
         settings, tmp_path / "service.log",
-        TURNSTILE_PROVIDER="openai", TURNSTILE_OPENAI_BASE_URL=f"http://127.0.0.1:{free_port()}/v1",
+        TURNSTILE_PROVIDER="openai", TURNSTILE_OPENAI_BASE_URL=f"http://127.0.0.1:{refused_port}/v1",
         TURNSTILE_OPENAI_API_KEY="some-key",
     )
     await _refused(proc, 5, "TURNSTILE_OPENAI_BASE_URL")
