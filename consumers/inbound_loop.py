@@ -1,14 +1,16 @@
-"""The inbound hot path: a raw nats-py fetch loop over the durable pull consumer.
+"""The inbound hot path: a pull loop over the durable consumer.
 
-Per fetched batch: validate each message (bad ones go whole to the dead-letter
+Per pulled batch (what the open pull request has delivered, handed over as it arrives:
+``consumers/inbound_pull.py``): validate each message (bad ones go whole to the dead-letter
 stream and are terminated) and admit the good ones to the pipeline
 (``consumers/inbound_pipeline.py``), which records, stages, acks and hands off
 each message as soon as its own recording is done, in stream order per session.
-The loop fetches while the pipeline has room (``TURNSTILE_MAX_INBOUND_IN_FLIGHT``)
-and the store takes writes (not ``degraded``). A raw fetch loop is used instead of a
+The loop pulls while the pipeline has room (``TURNSTILE_MAX_INBOUND_IN_FLIGHT``)
+and the store takes writes (not ``degraded``). Its own pull requests are used instead of a
 FastStream subscriber because FastStream's ``PullSub()`` pulls one message per
 request (~0.3x throughput measured) and ``PullSub(batch=True)`` stalled under
-paced load (see DESIGN.md, "Known pitfalls").
+paced load (see DESIGN.md, "Known pitfalls"), and instead of nats-py's ``fetch``, whose
+return waits on a status the server sometimes sends only with the next message.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ import time
 from collections.abc import Awaitable, Callable
 
 from nats.aio.msg import Msg
-from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
@@ -28,9 +29,9 @@ from consumers.backoff import compute_backoff_s
 from consumers.health import ServiceHealth
 from consumers.inbound_decoding import decode_inbound
 from consumers.inbound_pipeline import Handoff, InboundPipeline, InboundRecorder
+from consumers.inbound_pull import InboundPull
 from consumers.metrics import Metrics
 from consumers.publisher import Publisher
-from consumers.queued_fetch import take_queued_first
 from consumers.settings import Settings
 from consumers.streams import ensure_streams
 from core.store.inbox import SqlInbox, StagedMessage
@@ -124,7 +125,7 @@ class InboundLoop:
             drain_timeout_s = self._settings.fetch_timeout_s + 5
         await self.pipeline.close(drain_timeout_s)
 
-    async def _bind(self) -> JetStreamContext.PullSubscription:
+    async def _bind(self) -> InboundPull:
         # A deleted consumer (or inbound stream) would leave us binding to nothing for ever:
         # recreate it, and any missing stream, with the configured settings.
         try:
@@ -136,46 +137,47 @@ class InboundLoop:
             )
             await ensure_streams(self._js, self._settings, self._subjects)
             log.info("inbound consumer %s recreated", self.consumer_name)
-        psub = await self._js.pull_subscribe_bind(
-            durable=self.consumer_name, stream=self._subjects.inbound_stream
-        )
-        take_queued_first(psub._sub)  # a fetched batch is read off the queue, not one task per message
-        return psub
+        return await InboundPull(
+            self._js._nc, self._js._prefix, self._subjects.inbound_stream, self.consumer_name,
+            self._settings.fetch_timeout_s,
+        ).open()
 
     async def _run(self, recover: Callable[[], Awaitable[object]] | None) -> None:
         if recover is not None:
             if not await self._ours():
                 return  # stopped before the partition was ours: its next owner recovers the range
             await recover()
-        psub = await self._bind()
+        pull = await self._bind()
         last_check = time.monotonic()
         failures = 0  # consecutive failed fetches (connection trouble)
         while not self._stopping.is_set():
-            if not await self._ours():
-                continue  # stopping
+            if self._fence is not None and not self._fence():
+                # No longer ours: abandon the open request, give back what it delivered, wait.
+                await self.process_batch(await pull.drop())
+                if not await self._ours():
+                    continue  # stopping
             room = self.pipeline.room()
-            if not room:  # full, or the store refuses writes: take no new work
+            if not room and not pull.owed:  # full, or the store refuses writes: take no new work
                 await self.pipeline.wait_for_room(self._settings.fetch_timeout_s)
                 continue
             try:
-                msgs = await psub.fetch(min(self._settings.fetch_batch, room), timeout=self._settings.fetch_timeout_s)
-            except (NatsTimeoutError, TimeoutError):
-                # A pull subscription can go silent after a server restart (nats.py #504):
-                # if the consumer has work but we keep timing out, bind afresh.
+                msgs = await pull.take(min(self._settings.fetch_batch, room), self._settings.fetch_timeout_s)
+            except TimeoutError:
+                # A consumer deleted under us, or a subscription gone silent after a server restart
+                # (nats.py #504): if the consumer has work but nothing arrives, bind afresh.
                 if time.monotonic() - last_check > SILENT_CHECK_EVERY_S:
                     last_check = time.monotonic()
-                    psub = await self._rebind_if_silent(psub)
+                    pull = await self._rebind_if_silent(pull)
                 continue
-            except Exception as exc:  # connection trouble: back off and bind afresh
+            except Exception as exc:  # connection trouble or a refused pull: back off and bind afresh
                 if self._stopping.is_set():
                     break
                 failures += 1
                 log.warning("inbound fetch failed (%r, %d in a row); binding afresh", exc, failures)
                 await asyncio.sleep(compute_backoff_s(failures, base_s=FETCH_RETRY_FIRST_S, max_s=FETCH_RETRY_MAX_S))
-                with contextlib.suppress(Exception):
-                    await psub.unsubscribe()
+                await pull.close()
                 try:
-                    psub = await self._bind()
+                    pull = await self._bind()
                 except Exception as bind_exc:
                     log.warning("rebinding the inbound consumer failed: %r", bind_exc)
                 continue
@@ -187,8 +189,7 @@ class InboundLoop:
                 for m in msgs:
                     await _quietly(m.nak(delay=STAGE_RETRY_DELAY_S))
             self.batches += 1
-        with contextlib.suppress(Exception):
-            await psub.unsubscribe()
+        await pull.close()
 
     async def _ours(self) -> bool:
         """Wait while the consumer's partition is not ours (in doubt, or lost and not yet stopped);
@@ -202,21 +203,19 @@ class InboundLoop:
                 return False
         return not self._stopping.is_set()
 
-    async def _rebind_if_silent(
-        self, psub: JetStreamContext.PullSubscription
-    ) -> JetStreamContext.PullSubscription:
+    async def _rebind_if_silent(self, pull: InboundPull) -> InboundPull:
         try:
             info = await self._js.consumer_info(self._subjects.inbound_stream, self.consumer_name)
         except NotFoundError:
+            await pull.close()
             return await self._bind()
         except Exception:
-            return psub
-        if (info.num_pending or info.num_ack_pending) and info.num_pending:
+            return pull
+        if info.num_pending:
             log.warning("inbound consumer has %d pending but fetch is silent; binding afresh", info.num_pending)
-            with contextlib.suppress(Exception):
-                await psub.unsubscribe()
+            await pull.close()
             return await self._bind()
-        return psub
+        return pull
 
     async def process_batch(self, msgs: list[Msg]) -> None:
         """Validate one fetched batch and admit its good messages (public so tests can drive it)."""

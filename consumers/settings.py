@@ -89,8 +89,8 @@ class Settings(BaseSettings):
         description="raw bytes kept in a dead letter (fewer when it would not fit under the server's "
         "max_payload); the letter carries the whole payload's size, sha256 and stream sequence",
     )
-    fetch_batch: int = Field(256, gt=0, le=10_000, description="inbound messages fetched per pull request (at most the room left under TURNSTILE_MAX_INBOUND_IN_FLIGHT)")
-    fetch_timeout_s: float = Field(1.0, gt=0, description="how long one fetch waits for messages")
+    fetch_batch: int = Field(256, gt=0, le=10_000, description="inbound messages asked per pull request (at most the room left under TURNSTILE_MAX_INBOUND_IN_FLIGHT)")
+    fetch_timeout_s: float = Field(1.0, gt=0, description="expiry of one inbound pull request (the next goes out when it ends; one the server has not ended 1 s past it is taken for lost)")
     max_inbound_in_flight: int = Field(
         512, gt=0,
         description="inbound messages fetched and not yet staged, acked and handed off (the fetch loop waits "

@@ -74,3 +74,49 @@ async def test_a_given_up_message_is_not_read_when_its_loop_stops_before_the_par
     await loop.stop(drain_timeout_s=0)
     await asyncio.wait_for(task, 5)
     assert reads == 0 and admitted == []
+
+
+class OpenPull:
+    """An InboundPull stand-in whose open request has delivered one message not yet taken."""
+
+    def __init__(self, fence: Fence, stopping: asyncio.Event) -> None:
+        self.fence = fence
+        self.stopping = stopping
+        self.owed = 4
+        self.taken_while_not_ours = 0
+        self.drops = 0
+        self.takes = asyncio.Event()
+
+    async def take(self, room: int, timeout: float) -> list[Msg]:  # noqa: ASYNC109
+        self.taken_while_not_ours += not self.fence.ours
+        self.takes.set()
+        await self.stopping.wait()  # nothing more arrives before the loop stops
+        raise TimeoutError
+
+    async def drop(self) -> list[Msg]:
+        self.drops += 1
+        self.owed = 0
+        return [Msg(_client=None, subject="t.inbound.cli.s")]  # type: ignore[arg-type]
+
+    async def close(self) -> None:
+        return None
+
+
+async def test_a_lost_partition_drops_the_open_pull_request_and_gives_back_what_it_delivered() -> None:
+    """Left open, the request would keep delivering the partition's messages to a loop that can only
+    nack them, each delivery counting towards MaxDeliver; the one it delivered goes back (nacked)."""
+    fence = Fence()
+    loop, admitted = _loop(fence)
+    pull = OpenPull(fence, loop._stopping)
+
+    async def bind() -> OpenPull:
+        return pull
+
+    loop._bind = bind  # type: ignore[assignment,method-assign]
+    loop.start()
+    await wait_for(lambda: fence.looked >= 3, timeout_s=5, interval_s=0, what="the loop to wait for its partition")
+    assert pull.drops == 1 and admitted == [False]  # dropped once, its message admitted while not ours: nacked
+    fence.ours = True
+    await asyncio.wait_for(pull.takes.wait(), 5)
+    assert pull.taken_while_not_ours == 0
+    await loop.stop(drain_timeout_s=0)
