@@ -82,18 +82,18 @@ class InboundPull:
         give_up = time.monotonic() + timeout
         msgs: list[Msg] = []
         while True:
-            now = time.monotonic()
-            request = self._request
-            if request is not None and now >= request.lost_at:
-                request = self._request = None
-            if request is None and room > 0:
-                request = await self._ask(room, now)
             self._sort_queued(sub, msgs)
             if msgs:
                 return msgs  # a refusal sorted with them is raised by the next call
             if self._refused is not None:
                 refused, self._refused = self._refused, None
                 raise refused
+            now = time.monotonic()
+            request = self._request
+            if request is not None and now >= request.lost_at:
+                request = self._request = None
+            if request is None and room > 0:
+                request = await self._ask(room, now)  # also when a status just sorted ended the last one
             if now >= give_up:
                 raise TimeoutError("no inbound message")
             wait = give_up - now if request is None else min(give_up, request.lost_at) - now

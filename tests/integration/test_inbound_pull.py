@@ -14,6 +14,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig
 
+from consumers import inbound_pull
 from consumers.inbound_pull import InboundPull, PullRefused
 from tests.loop_counts import TaskCount
 from tests.waiting import wait_for
@@ -111,6 +112,28 @@ async def test_an_expired_request_is_replaced_within_one_take(nc: Client) -> Non
     await nc.jetstream().publish(f"{stream}.in", b"late")
     [msg] = await asyncio.wait_for(taking, 10)
     assert msg.data == b"late"
+    await pull.close()
+
+
+async def test_a_request_that_ended_between_takes_is_replaced_by_the_next_take(
+    nc: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The 408 of an expired request can be queued while the caller is busy with the last batch: the next
+    take must ask again, not wait on a request the server has ended (nothing would be delivered until the
+    request was taken for lost, a grace made longer than the test here)."""
+    monkeypatch.setattr(inbound_pull, "LOST_REQUEST_GRACE_S", 60.0)
+    stream = await _stream(nc)
+    requests = await Requests().attach(nc, stream)
+    pull = await _pull(nc, stream, expires_s=0.2)
+    with pytest.raises(TimeoutError):
+        await pull.take(5, timeout=0.01)
+    assert pull._sub is not None
+    await wait_for(lambda: pull._sub is not None and pull._sub.pending_msgs == 1, what="the request's 408 queued")
+    taking = asyncio.ensure_future(pull.take(5, timeout=30))
+    await wait_for(lambda: len(requests.bodies) == 2, what="a second request from the next take")
+    await nc.jetstream().publish(f"{stream}.in", b"next")
+    [msg] = await asyncio.wait_for(taking, 10)
+    assert msg.data == b"next"
     await pull.close()
 
 
