@@ -35,7 +35,7 @@ SUB_PENDING_BYTES = 256 * 1024 * 1024
 
 
 class PullRefused(Exception):
-    """The server refused the pull (consumer deleted, bad request, a limit): bind afresh."""
+    """The server refused the pull (consumer deleted, bad request, a limit), or it is closed: bind afresh."""
 
 
 @dataclass(slots=True)
@@ -78,7 +78,8 @@ class InboundPull:
         first message (``TimeoutError`` if none). A new request, for at most ``room``, goes out only when
         none is open; with ``room`` 0 only what is already owed is taken."""
         sub = self._sub
-        assert sub is not None, "open() first"
+        if sub is None:  # closed, and a rebind failed: the caller backs off and binds again
+            raise PullRefused("not subscribed: open() first")
         give_up = time.monotonic() + timeout
         msgs: list[Msg] = []
         while True:

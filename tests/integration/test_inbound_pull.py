@@ -61,7 +61,7 @@ async def test_a_delivered_message_is_handed_over_while_its_request_stays_open(n
     js = nc.jetstream()
     for i in range(3):
         taking = asyncio.ensure_future(pull.take(10, timeout=30))
-        await wait_for(lambda: len(requests.bodies) == 1, what="the pull request to reach the server")
+        await wait_for(lambda: requests.bodies, what="the pull request to reach the server")  # the first take's
         await js.publish(f"{stream}.in", str(i).encode())
         # Returned on delivery: not after the rest of the batch (10) or the request's expiry (30 s).
         [msg] = await asyncio.wait_for(taking, 10)
