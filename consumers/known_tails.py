@@ -63,7 +63,6 @@ class KnownTails:
         self._tickets = itertools.count(1)
         self._unsure: set[str] = set()
         self.keeping = True
-        self.trusted = 0  # reopens that skipped the read
 
     def __len__(self) -> int:
         return len(self._tails)

@@ -63,6 +63,12 @@ class Metrics:
         self.checkpoint_bytes = Histogram(
             "turnstile_checkpoint_bytes", "size of a published checkpoint", buckets=BYTES_BUCKETS, registry=r
         )
+        self.session_opens = Counter(
+            "turnstile_session_opens",
+            "session engines loaded into memory, by journal: read (the journal past the last checkpoint was "
+            "read), skipped (created here a moment ago, or unloaded here with its tail known)",
+            ["journal"], registry=r,
+        )
         self.checkpoint_publish = Histogram(
             "turnstile_checkpoint_publish_seconds", "checkpoint sent to its ack awaited", buckets=PUBLISH_BUCKETS,
             registry=r,
@@ -99,6 +105,9 @@ class Metrics:
             self._child(self.model_tokens, "tokens", "input").inc(tokens_in)
         if tokens_out:
             self._child(self.model_tokens, "tokens", "output").inc(tokens_out)
+
+    def session_opened(self, journal_read: bool) -> None:
+        self._child(self.session_opens, "opens", "read" if journal_read else "skipped").inc()
 
     def _child(self, metric: Counter, name: str, label: str) -> Any:
         child = self._children.get((name, label))

@@ -284,8 +284,7 @@ class TurnRunner:
                 self.session_id, restored, generation=generation, chat=chat_of(self._book, self.session_id, inbound),
                 new=new, known_tail=known, read_ahead=ahead,
             )
-            if known:
-                tails.trusted += 1
+            self._metrics.session_opened(journal_read=not (new or known))
         finally:
             if ahead is not None:
                 _drop(ahead)

@@ -61,6 +61,15 @@ async def _last_snapshot(nc: Client, subjects: Subjects, sid: str) -> dict[str, 
     return snapshot
 
 
+def _opens(service: TurnstileService) -> dict[str, float]:
+    """``turnstile_session_opens_total`` by its ``journal`` label, as ``/metrics`` reports it."""
+    registry = service.metrics.registry
+    return {
+        journal: registry.get_sample_value("turnstile_session_opens_total", {"journal": journal}) or 0.0
+        for journal in ("read", "skipped")
+    }
+
+
 def _texts(snapshot: dict[str, Any]) -> list[str]:
     return [i["payload"]["text"] for i in snapshot["transcript"] if i["kind"] == "user_message"]
 
@@ -95,12 +104,12 @@ async def test_a_session_unloaded_here_reopens_from_its_checkpoint_without_readi
         replies = await Collector().attach(nc, subjects.outbound("cli", sid))
         await _answered_then_unloaded(service, nc, subjects, sid, replies)
         spy.reads.clear()
-        trusted = engines.tails.trusted
+        before = _opens(service)
 
         await publish_inbound(nc, subjects, inbound(sid, "second"))
         await wait_for(lambda: len(replies.messages) == 2, what="the reply after the reopen")
         assert sid not in spy.reads  # restored from its checkpoint alone
-        assert engines.tails.trusted == trusted + 1
+        assert _opens(service) == {"read": before["read"], "skipped": before["skipped"] + 1}  # and counted so
         assert [r["text"] for r in replies.json()] == ["echo: first", "echo: second"]
         assert _texts(await _last_snapshot(nc, subjects, sid)) == ["first", "second"]
         assert spy.failed == []
@@ -156,10 +165,12 @@ async def test_a_session_whose_partition_changed_hands_reads_what_the_other_owne
                        what="the partition to be ours again")
         assert parts.ownership.epoch(partition) != epoch
         spy.reads.clear()
+        before = _opens(service)
 
         await publish_inbound(nc, subjects, inbound(sid, "second"))
         await wait_for(lambda: len(replies.messages) == 2, timeout_s=30, what="the reply after the hand-back")
         assert spy.reads[:1] == [sid]  # the reopen read the journal past the checkpoint
+        assert _opens(service)["read"] == before["read"] + 1  # and counted so
         assert spy.failed == []  # and journaled the next message after the other owner's row
         assert _texts(await _last_snapshot(nc, subjects, sid)) == ["first", "journaled elsewhere", "second"]
     finally:
