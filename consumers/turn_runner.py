@@ -284,7 +284,8 @@ class TurnRunner:
                 self.session_id, restored, generation=generation, chat=chat_of(self._book, self.session_id, inbound),
                 new=new, known_tail=known, read_ahead=ahead,
             )
-            self._metrics.session_opened(journal_read=not (new or known))
+            # Counted here, not in the opener: it also builds throwaway engines (state_operations' headers).
+            self._metrics.session_opened(journal_read=not (new or known))  # the opener's journal_empty rule
         finally:
             if ahead is not None:
                 _drop(ahead)
