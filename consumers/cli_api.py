@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import typing
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import typer
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from consumers.catalog import OperationSpec, find, operation_specs
 from consumers.cli_support import EXIT_REFUSED, Cli, connected, fail, out, request, run
 from schemas.wire import Page
+
+if TYPE_CHECKING:
+    from consumers.catalog import OperationSpec
+
+# The catalog is imported by the two functions that read it: it imports every operation's
+# implementation (the whole service, ~1 s), which no other command needs.
 
 
 def _type_name(annotation: Any) -> str:
@@ -47,6 +52,8 @@ def operation_help(spec: OperationSpec) -> str:
 
 
 def list_operations(cli: Cli) -> None:
+    from consumers.catalog import operation_specs
+
     specs = operation_specs()
     if cli.json:
         cli.emit([{"operation": s.name, "summary": s.summary} for s in specs])
@@ -74,6 +81,8 @@ def api_command(
         if not help_:
             raise typer.Exit(EXIT_REFUSED)
         return
+    from consumers.catalog import find
+
     spec = find(operation)
     if spec is None:
         fail(f"unknown operation {operation!r} (`turnstile api --list` shows them)", EXIT_REFUSED)

@@ -15,8 +15,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from faststream.security import BaseSecurity, SASLPlaintext
-
 from consumers.settings import Settings
 from core.errors import InvalidInput
 
@@ -88,6 +86,8 @@ def connect_options(settings: Settings) -> dict[str, Any]:
 
 def broker_options(settings: Settings) -> dict[str, Any]:
     """Keyword arguments for FastStream's ``NatsBroker`` (user/password and TLS go as a security object)."""
+    from faststream.security import BaseSecurity, SASLPlaintext  # the service's only: the CLI starts without FastStream
+
     options = _credentials(settings)
     context = tls_context(settings)
     if settings.nats_user:

@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-
-from sqlalchemy import text
-from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import AsyncEngine
+from typing import TYPE_CHECKING
 
 from consumers.settings import Settings, secret_value
-from core.store.db import create_db_engine
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +44,10 @@ class StartupError(RuntimeError):
 
 def shown_url(url: str) -> str:
     """``url`` with any password masked."""
+    # SQLAlchemy is imported where it is used here and below: the CLI imports this module for its
+    # exit codes, and its client commands start without SQLAlchemy (tests/unit/test_cli_imports.py).
+    from sqlalchemy.engine import make_url
+
     try:
         return make_url(url).render_as_string(hide_password=True)
     except Exception:
@@ -53,6 +56,10 @@ def shown_url(url: str) -> str:
 
 async def open_database(settings: Settings) -> AsyncEngine:
     """The database engine, after one query proved the database answers; ``StartupError`` (3) if not."""
+    from sqlalchemy import text
+
+    from core.store.db import create_db_engine
+
     url = settings.database_url
     try:
         engine = create_db_engine(url, sqlite_synchronous=settings.sqlite_synchronous)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 
-from consumers.cli import tune_gc
+from consumers.cli import collector_paused, tune_gc
 
 
 def test_gc_threshold_is_applied_and_zero_keeps_the_interpreter_default() -> None:
@@ -24,3 +24,17 @@ def test_gc_threshold_is_applied_and_zero_keeps_the_interpreter_default() -> Non
     finally:
         gc.unfreeze()
         gc.set_threshold(*before)
+
+
+def test_the_collector_is_paused_while_the_service_imports_and_left_as_it_was() -> None:
+    assert gc.isenabled()
+    with collector_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()  # a caller that had turned it off keeps it off
+    try:
+        with collector_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
