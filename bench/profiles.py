@@ -39,6 +39,7 @@ class Profile:
     hol_min_s: float = 2.0  # paced traffic lasts at least this (the whole phase without deletion)
     hol_tail_s: float = 1.0  # and this long after the deletion replied
     hol_max_s: float = 30.0  # but never longer
+    startup_runs: int = 3  # runs of each command in the startup phase (bench/startup.py), median reported
 
     def drain_count(self, sessions: int, turn: str = "plain") -> int:
         if sessions == 1:
@@ -95,5 +96,6 @@ PROFILES = {
         hol_min_s=8.0,
         hol_tail_s=2.0,
         hol_max_s=60.0,
+        startup_runs=9,
     ),
 }

@@ -33,6 +33,8 @@ from bench.hol import turnstile_hol
 from bench.profiles import PROFILES, Profile
 from bench.scaleout import summary as scaleout_summary
 from bench.scaleout import turnstile_scaleout
+from bench.startup import cli_startup
+from bench.startup import summary as startup_summary
 from bench.scenarios import (
     PEER,
     BenchContext,
@@ -52,7 +54,7 @@ from schemas.nats_roles import without_roles
 # Checkpoints kept per session measured beside the default in ``turns20`` (issue 11 item 9).
 CHECKPOINTS_KEPT_VARIANTS = (2, 16, 64)
 # Phases in run order; ``--only`` picks some of them.
-PHASES = ("load", "sync", "turns20", "growth", "hol", "scaleout")
+PHASES = ("load", "sync", "turns20", "growth", "hol", "scaleout", "startup")
 # Rows of the load phase in run order; ``--workers`` picks some of them (``tools``: turnstile's and
 # baseline A's two-tool turn where the profile measures it; ``peer``: the fair peer).
 LOAD_WORKERS = ("turnstile", "turnstile/pg", "baseline", "floor", "tools", "langgraph", "peer")
@@ -195,6 +197,14 @@ async def run_all(
             _say("== scale-out: 1 vs 2 workers at 1,000 sessions on PostgreSQL")
             result["scaleout"] = await _timed(turnstile_scaleout(ctx))
             _say(f"  {scaleout_summary(result['scaleout'])}")
+        if "startup" in phases:
+            _say("== start-up of a turnstile client command")
+            try:
+                result["startup"] = await _timed(cli_startup(profile.startup_runs))
+            except Exception as exc:
+                result["startup"] = {"error": f"startup: {type(exc).__name__}: {exc}"}
+                result["errors"].append(result["startup"]["error"])
+            _say(f"  {startup_summary(result['startup'])}")
     finally:
         await nc.close()
         await server.stop()
