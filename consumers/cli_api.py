@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import typing
 from typing import TYPE_CHECKING, Any
 
@@ -16,8 +17,11 @@ from schemas.wire import Page
 if TYPE_CHECKING:
     from consumers.catalog import OperationSpec
 
-# The catalog is imported by the two functions that read it: it imports every operation's
-# implementation (the whole service, ~1 s), which no other command needs.
+# The catalog is imported only where it is read (``--list``, ``OP --help``): it imports every
+# operation's implementation (the whole service, ~1 s). A call does not read it: the service
+# answers an operation it does not serve with ``not_found`` (its fallback on ``<prefix>.api.>``).
+OPERATION_NAME = re.compile(r"[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)+")
+UNKNOWN_PREFIX = "no control operation "  # consumers/api.py unknown_operation_reply
 
 
 def _type_name(annotation: Any) -> str:
@@ -63,6 +67,11 @@ def list_operations(cli: Cli) -> None:
         out(f"{spec.name.ljust(width)}  {spec.summary}")
 
 
+def unknown_operation(operation: str) -> typing.NoReturn:
+    """The one-line refusal of a name no operation has (exit 2)."""
+    fail(f"unknown operation {operation!r} (`turnstile api --list` shows them)", EXIT_REFUSED)
+
+
 def api_command(
     ctx: typer.Context,
     operation: str | None = typer.Argument(None, metavar="OP", help="<resource>.<verb>, e.g. session.get"),
@@ -81,14 +90,16 @@ def api_command(
         if not help_:
             raise typer.Exit(EXIT_REFUSED)
         return
-    from consumers.catalog import find
-
-    spec = find(operation)
-    if spec is None:
-        fail(f"unknown operation {operation!r} (`turnstile api --list` shows them)", EXIT_REFUSED)
     if help_:
+        from consumers.catalog import find
+
+        spec = find(operation)
+        if spec is None:
+            unknown_operation(operation)
         out(operation_help(spec))
         return
+    if not OPERATION_NAME.fullmatch(operation):  # it becomes a subject token: no wildcards or spaces
+        unknown_operation(operation)
     try:
         parsed = orjson.loads(body) if body.strip() else {}
     except orjson.JSONDecodeError as exc:
@@ -96,11 +107,13 @@ def api_command(
 
     async def call(cli: Cli) -> int:
         async with connected(cli) as nc:
-            reply = await request(nc, cli, spec.name, orjson.dumps(parsed), timeout)
+            reply = await request(nc, cli, operation, orjson.dumps(parsed), timeout)
         if reply.get("ok") or cli.json:
             cli.emit(reply)
             return 0 if reply.get("ok") else EXIT_REFUSED
         error = reply.get("error") or {}
-        fail(f"{spec.name}: {error.get('code', 'error')}: {error.get('message', '')}", EXIT_REFUSED)
+        if error.get("code") == "not_found" and str(error.get("message", "")).startswith(UNKNOWN_PREFIX):
+            unknown_operation(operation)
+        fail(f"{operation}: {error.get('code', 'error')}: {error.get('message', '')}", EXIT_REFUSED)
 
     raise typer.Exit(run(cli, call))

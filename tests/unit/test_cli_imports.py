@@ -2,9 +2,10 @@
 
 ``consumers.cli`` is what every ``turnstile`` command imports first. The service's modules
 (the operation catalog, the turn runner, SQLAlchemy, FastStream, the MCP SDK) cost ~1 s to
-import and only ``run``, ``migrate`` and ``api`` need them, each importing them when it runs.
-A fresh interpreter is used: this test process has imported everything already. That `api`
-still finds the catalog is tests/unit/test_cli_offline.py's `api --list`.
+import and only ``run``, ``migrate``, ``api --list`` and ``api OP --help`` need them, each
+importing them when it runs (an ``api`` call does not: the service refuses an unknown
+operation). A fresh interpreter is used: this test process has imported everything already.
+That `api --list` still finds the catalog is tests/unit/test_cli_offline.py's.
 """
 
 from __future__ import annotations
@@ -40,3 +41,20 @@ def test_the_cli_imports_no_service_module_until_a_command_needs_one() -> None:
     heavy = sorted(m for m in loaded if any(m == s or m.startswith(f"{s}.") for s in SERVICE_ONLY))
     assert heavy == [], f"importing consumers.cli imported service modules: {heavy[:10]}"
 
+
+
+CALL_PROBE = """
+import sys, orjson
+from consumers.cli import main
+code = main(["--server", "nats://127.0.0.1:1", "api", "session.get", '{"session_id": "s1"}'])
+print(orjson.dumps({"code": code, "modules": sorted(sys.modules)}).decode())
+"""
+
+
+def test_an_api_call_imports_no_service_module() -> None:
+    done = subprocess.run([sys.executable, "-c", CALL_PROBE], cwd=ROOT, capture_output=True, check=True, timeout=60)
+    ran = orjson.loads(done.stdout)
+    assert ran["code"] == 1 and b"cannot connect to NATS" in done.stderr  # it got as far as connecting
+    loaded = set(ran["modules"])
+    heavy = sorted(m for m in loaded if any(m == s or m.startswith(f"{s}.") for s in SERVICE_ONLY))
+    assert heavy == [], f"`turnstile api OP` imported service modules: {heavy[:10]}"

@@ -41,7 +41,8 @@ async def test_api_op_help_shows_its_request_fields() -> None:
 
 
 @pytest.mark.parametrize("args", [
-    ("api", "no.such"),
+    ("api", "no such"),
+    ("api", "session.*"),
     ("api", "session.get", "{not json"),
     ("replay", "events", "--session", "s1", "--since", "last tuesday"),
     ("replay", "everything", "--session", "s1"),
