@@ -11,7 +11,7 @@ from its result. The newest items kept aim at half the window.
 
 from __future__ import annotations
 
-from core.engine.chatend import memo_chatend_chars, memo_for, project_messages, render_messages
+from core.engine.chatend import TranscriptMemo, forget_memo, memo_chatend_chars, memo_for
 from core.engine.drafts import Checkpoint
 from core.engine.journal import EntryKind
 from core.engine.session_port import SessionPort
@@ -27,18 +27,33 @@ def projected_tokens(system_prompt: str, transcript: list[TranscriptItem]) -> in
     return tokens_for_chars(memo_chatend_chars(system_prompt, memo_for(transcript)))
 
 
+def rendered_rest_chars(memo: TranscriptMemo, index: int) -> int:
+    """``len(render_messages(project_messages(transcript[index:])))`` of a synced memo's transcript,
+    from its running sizes: the rest's blocks, joined by blank lines, and a final newline."""
+    blocks = len(memo.blocks) - (memo.block_starts[index] if index < len(memo.block_starts) else len(memo.blocks))
+    if blocks == 0:
+        return 0
+    before = memo.sizes[2 * index - 1] if index > 0 else 0
+    return memo.sizes[-1] - before + 2 * (blocks - 1) + 1
+
+
 def choose_cut(system_prompt: str, transcript: list[TranscriptItem], window_tokens: int, protect_from: int) -> int:
-    """Index of the first transcript item to keep (0: nothing can be summarised)."""
+    """Index of the first transcript item to keep (0: nothing can be summarised): the first
+    user-message boundary whose rendered rest fits half the window, else the last boundary.
+
+    The rest's size comes from the transcript's memo (running sizes per item), so choosing
+    costs O(items), not a projection and rendering of every suffix (O(items²), and a memo
+    built per slice)."""
     boundaries = [
         i for i, item in enumerate(transcript)
         if 0 < i <= protect_from and item["kind"] == "user_message"
     ]
     if not boundaries:
         return 0
+    memo = memo_for(transcript)
     target = int(window_tokens * KEEP_FRACTION) - estimate_tokens(system_prompt)
     for index in boundaries:
-        kept = estimate_tokens(render_messages(project_messages(transcript[index:])))
-        if kept <= target:
+        if tokens_for_chars(rendered_rest_chars(memo, index)) <= target:
             return index
     return boundaries[-1]
 
@@ -60,11 +75,12 @@ async def recover_context(session: SessionPort, checkpoint: Checkpoint | None) -
     if cut == 0:
         return False
     covered = transcript[:cut]
+    memo = memo_for(transcript)
     request = ModelRequest(
         model=state.runtime.model,
         reasoning_effort=state.runtime.reasoning_effort,
         system_prompt="Summarise the conversation below so it can continue without it.",
-        messages=project_messages(covered),
+        messages=memo.messages[: memo.block_starts[cut]],  # the covered items' projection (read-only dicts)
         purpose="summary",
     )
     response = await session.guarded(session.provider.complete(request))
@@ -76,4 +92,5 @@ async def recover_context(session: SessionPort, checkpoint: Checkpoint | None) -
         "usage": response.usage.model_dump(),
     }
     await session.commit([session.draft(EntryKind.SUMMARY, payload, in_turn=False)], checkpoint)
+    forget_memo(transcript)  # the summary made a new transcript list: the old one's memo is garbage now
     return True
