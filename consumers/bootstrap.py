@@ -220,6 +220,7 @@ def bootstrap(
         leases=SqlFileLeases(db),
         take_policy=ManagerTakePolicy(manager, tz),
         generation_of=manager.generation_of,
+        max_payload=lambda: broker.connection.max_payload,
     )
     turn_slots = asyncio.Semaphore(s.max_concurrent_turns)
     retry = TurnRetryPolicy(s.turn_retry_attempts, s.turn_retry_max_backoff_s)

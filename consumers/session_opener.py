@@ -29,6 +29,18 @@ from core.store.lease_repo import SqlFileLeases
 from core.store.partition_epochs import WriteFence
 
 MAX_CREATED_REMEMBERED = 100_000  # sessions created and not opened yet (see SessionOpener.remember_created)
+# A snapshot may take the broker's max_payload less this share of it: room for what one turn adds between
+# two compactions (they run before each model round), the checkpoint's envelope and its headers.
+CHECKPOINT_HEADROOM_DIVISOR = 8
+
+
+def snapshot_budget(setting: int | None, max_payload: int) -> int | None:
+    """The largest snapshot a session may publish: ``TURNSTILE_CHECKPOINT_MAX_BYTES``, at most the
+    broker's ``max_payload`` less an eighth (None when neither is known)."""
+    ceiling = max_payload - max_payload // CHECKPOINT_HEADROOM_DIVISOR if max_payload > 0 else None
+    if setting is None:
+        return ceiling
+    return setting if ceiling is None else min(setting, ceiling)
 
 
 def build_provider(settings: Settings) -> Provider:
@@ -67,8 +79,11 @@ class SessionOpener:
         leases: SqlFileLeases,
         take_policy: TakePolicy,
         generation_of: Callable[[str], int],
+        max_payload: Callable[[], int] = lambda: 0,
     ) -> None:
         self._system_prompt = settings.system_prompt
+        self._checkpoint_max_bytes = settings.checkpoint_max_bytes
+        self._max_payload = max_payload  # the connected broker's (0 before connecting)
         # Sessions this process created (record_inbound) and has not opened yet: they have no
         # journal and no checkpoint of their generation, so opening them reads neither.
         self._created: OrderedDict[str, None] = OrderedDict()
@@ -173,6 +188,7 @@ class SessionOpener:
             history_reader=JournalHistoryReader(JournalOfGeneration(self.journal, self._generation_of)),
             leases=self.leases,
             journal_empty=new or (known_tail and restored is not None),
+            snapshot_max_bytes=snapshot_budget(self._checkpoint_max_bytes, self._max_payload()),
         )
 
     async def clear(self, session_id: str, *, before_generation: int | None = None) -> None:

@@ -59,6 +59,12 @@ class Settings(BaseSettings):
         "`<prefix>.stream.<platform>.<sid>` while the model writes",
     )
     context_window_tokens: int = Field(32_000, gt=0, description="context window; older turns are summarised beyond it (KS-21)")
+    checkpoint_max_bytes: int | None = Field(
+        None, gt=0,
+        description="largest checkpoint a session publishes: a conversation whose snapshot would pass it is compacted "
+        "like one past its context window (its oldest turns summarised, KS-21). Unset: the broker's max_payload less "
+        "an eighth (room for one turn's items, the envelope and headers), which is also the most it can be",
+    )
     system_prompt: str = Field("You are a helpful assistant.", description="the complete system prompt (turnstile never composes prompts)")
     provider_timeout_s: float = Field(60.0, gt=0, description="timeout of one provider call")
     provider_check: bool = Field(

@@ -63,6 +63,18 @@ class TranscriptMemo:
         self.sizes = array("Q")  # per item: content and block characters up to and with it (2 entries an item)
 
     @property
+    def conversation_bytes(self) -> int:
+        """Bytes the conversation adds to a snapshot: the transcript, its projection and the chatend text."""
+        return len(self.transcript_json) + len(self.projection_json) + len(self.chatend_json)
+
+    def rest_bytes(self, index: int) -> int:
+        """``conversation_bytes`` of the items from ``index`` on (what a cut there keeps)."""
+        if index <= 0:
+            return self.conversation_bytes
+        before = sum(self.ends[3 * index - 3:3 * index])
+        return self.conversation_bytes - before
+
+    @property
     def content_chars(self) -> int:
         """Characters of all projected messages' string contents (what a prompt-size estimate counts)."""
         return self.sizes[-2] if self.sizes else 0

@@ -7,6 +7,16 @@ oldest whole turns are summarised through the provider (usage counted) into one
 bounded; the journal keeps every original entry. The pending turn is never cut,
 and cuts fall only on user-message boundaries so a tool call is never separated
 from its result. The newest items kept aim at half the window.
+
+The snapshot repeats the conversation three times (transcript, projection, chatend
+text) with ~300 bytes of JSON per item, so a conversation of short messages makes
+checkpoints of megabytes long before its window fills (~1.5 MB at 32,000 tokens).
+When the session has a ``snapshot_max_bytes`` (the largest checkpoint its broker
+takes), the conversation is compacted the same way, even inside the window, once
+it takes more than half of what the snapshot may spend on it, the newest items kept
+aiming at a quarter: the check runs before each model round, so what a turn adds
+after it (its answer, the next user message) has the other half, and no checkpoint
+is refused by the broker (a refused one would stop the session: MQ-3).
 """
 
 from __future__ import annotations
@@ -37,11 +47,15 @@ def rendered_rest_chars(memo: TranscriptMemo, index: int) -> int:
     return memo.sizes[-1] - before + 2 * (blocks - 1) + 1
 
 
-def choose_cut(system_prompt: str, transcript: list[TranscriptItem], window_tokens: int, protect_from: int) -> int:
+def choose_cut(
+    system_prompt: str, transcript: list[TranscriptItem], window_tokens: int, protect_from: int,
+    conversation_bytes: int | None = None,
+) -> int:
     """Index of the first transcript item to keep (0: nothing can be summarised): the first
-    user-message boundary whose rendered rest fits half the window, else the last boundary.
+    user-message boundary whose rendered rest fits half the window (and, given
+    ``conversation_bytes``, whose items' snapshot bytes fit half of it), else the last boundary.
 
-    The rest's size comes from the transcript's memo (running sizes per item), so choosing
+    The rest's sizes come from the transcript's memo (running sizes per item), so choosing
     costs O(items), not a projection and rendering of every suffix (O(items²), and a memo
     built per slice)."""
     boundaries = [
@@ -52,17 +66,30 @@ def choose_cut(system_prompt: str, transcript: list[TranscriptItem], window_toke
         return 0
     memo = memo_for(transcript)
     target = int(window_tokens * KEEP_FRACTION) - estimate_tokens(system_prompt)
+    bytes_target = None if conversation_bytes is None else int(conversation_bytes * KEEP_FRACTION)
     for index in boundaries:
-        if tokens_for_chars(rendered_rest_chars(memo, index)) <= target:
+        if tokens_for_chars(rendered_rest_chars(memo, index)) <= target and (
+            bytes_target is None or memo.rest_bytes(index) <= bytes_target
+        ):
             return index
     return boundaries[-1]
+
+
+def conversation_limit(session: SessionPort) -> int | None:
+    """Snapshot bytes of conversation past which it is compacted: half of ``snapshot_max_bytes``
+    less the rest of the last snapshot (state, events, boxes); None without a bound."""
+    if session.snapshot_max_bytes is None:
+        return None
+    return max(session.snapshot_max_bytes - session.snapshot_rest_bytes, 0) // 2
 
 
 async def recover_context(session: SessionPort, checkpoint: Checkpoint | None) -> bool:
     """Summarise old turns when the context is over the window; True if it compacted."""
     state = session.state
     window = state.runtime.context_window_tokens
-    if projected_tokens(session.system_prompt, state.transcript) <= window:
+    limit = conversation_limit(session)
+    over_bytes = limit is not None and memo_for(state.transcript).conversation_bytes > limit
+    if not over_bytes and projected_tokens(session.system_prompt, state.transcript) <= window:
         return False
     transcript = state.transcript
     protect_from = len(transcript) - 1
@@ -71,7 +98,7 @@ async def recover_context(session: SessionPort, checkpoint: Checkpoint | None) -
             if item.get("turn_id") == state.turn.turn_id:
                 protect_from = index
                 break
-    cut = choose_cut(session.system_prompt, transcript, window, protect_from)
+    cut = choose_cut(session.system_prompt, transcript, window, protect_from, limit)
     if cut == 0:
         return False
     covered = transcript[:cut]

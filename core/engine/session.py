@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from core.engine import completion, group_context, openings
 from core.engine.answers import RESPONSE_KINDS
 from core.engine.attachments import attachment_drafts
-from core.engine.chatend import forget_memo
+from core.engine.chatend import forget_memo, memo_for
 from core.engine.drafts import Checkpoint, Draft, interrupted_result
 from core.engine.journal import EntryKind, HistoryJournal, JournalEntry
 from core.engine.knowledge import KnowledgeStore
@@ -69,6 +69,11 @@ class Session(SessionView):
         self.leases = leases
         self.clock = clock
         self.last_usage = Usage()
+        # The largest snapshot the checkpoint callback can take (None: no bound but the window): a
+        # conversation that would pass it is compacted like one over its window (``recovery.py``).
+        self.snapshot_max_bytes: int | None = None
+        # Bytes of the last snapshot handed out besides the conversation's (its state, events, boxes).
+        self.snapshot_rest_bytes = 0
         # Partial text of streamed model answers goes here (the shell sets it per turn).
         self.partial_text: PartialText | None = None
         self._object_bytes: dict[str, bytes] = {}
@@ -101,6 +106,7 @@ class Session(SessionView):
         clock: Clock = utc_now,
         history_reader: HistoryReader | None = None,
         journal_empty: bool = False,
+        snapshot_max_bytes: int | None = None,
     ) -> Session:
         """Create or reopen a session (KS-2).
 
@@ -113,6 +119,8 @@ class Session(SessionView):
         ``take_policy``, ``leases``) have no defaults: the caller passes what it uses. ``journal_empty``: the caller knows the session
         was created a moment ago with no history, so the journal is not read. Only the entries the
         state does not cover are read (``seq >= next_seq``: a range of the stored journal's key).
+        ``snapshot_max_bytes``: the largest snapshot the checkpoint callback can store; a
+        conversation that would pass it is compacted even inside its window (``recovery.py``).
         """
         if not session_id:
             raise InvalidInput("session_id must not be empty")
@@ -145,6 +153,7 @@ class Session(SessionView):
             leases=leases,
             clock=clock,
         )
+        session.snapshot_max_bytes = snapshot_max_bytes
         if state.mode.kind == "ingress" and not state.openings.get("ingress"):
             await openings.stage_ingress_opening(session)
         return session
@@ -199,6 +208,7 @@ class Session(SessionView):
         try:
             snapshot = encode_snapshot(self._state, self.system_prompt, self._published_version, self._events_json)
             self._published_version = snapshot.state_version
+            self.snapshot_rest_bytes = len(snapshot.raw) - memo_for(self._state.transcript).conversation_bytes
             await checkpoint(snapshot)
         except CheckpointFailed:
             raise

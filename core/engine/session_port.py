@@ -36,6 +36,8 @@ class SessionPort(Protocol):
     leases: FileLeases
     clock: Clock
     last_usage: Usage
+    snapshot_max_bytes: int | None
+    snapshot_rest_bytes: int
     partial_text: PartialText | None
 
     @property

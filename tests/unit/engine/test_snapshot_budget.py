@@ -1,0 +1,57 @@
+"""A session with a snapshot budget compacts its conversation before a checkpoint would pass it
+(KS-21's recovery, run for MQ-3: a checkpoint the broker refuses is a transition without one).
+
+Each transcript item costs ~300 bytes of snapshot JSON three times over (transcript, projection,
+chatend text), so short messages fill megabytes of checkpoint long before a token window.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from consumers.session_opener import snapshot_budget
+from core.engine import RuntimeModel
+from core.engine.chatend import memo_for
+
+from .conftest import Recorder, SessionFactory
+
+BUDGET = 40_000
+BIG_WINDOW = RuntimeModel(model="m", context_window_tokens=10_000_000)
+
+
+@pytest.mark.rule("KS-21")
+async def test_a_conversation_of_short_messages_is_compacted_under_the_snapshot_budget(
+    make_session: SessionFactory, journal
+) -> None:
+    # KS-21: compacted through the provider, usage counted, nothing dropped from the journal
+    session = await make_session(runtime=BIG_WINDOW, snapshot_max_bytes=BUDGET)
+    recorder = Recorder()
+    for turn in range(150):
+        await session.begin_user_turn(f"hi {turn}", checkpoint=recorder)
+        await session.run_pending_turn(f"op-{turn}", recorder)
+    sizes = [len(snapshot.raw) for snapshot in recorder.snapshots]
+    assert max(sizes) <= BUDGET, f"a snapshot of {max(sizes)} B passed the budget of {BUDGET} B"
+    assert session.transcript[0]["kind"] == "summary"
+    assert session.usage_total.input_tokens > 0
+    entries = await journal.load(session.session_id)
+    assert sum(1 for e in entries if e.kind.value == "user_message") == 150
+    assert sum(1 for e in entries if e.kind.value == "summary") > 1, "compacted more than once"
+
+
+async def test_without_a_budget_only_the_window_compacts(make_session: SessionFactory) -> None:
+    session = await make_session(runtime=BIG_WINDOW)
+    recorder = Recorder()
+    for turn in range(150):
+        await session.begin_user_turn(f"hi {turn}", checkpoint=recorder)
+        await session.run_pending_turn(f"op-{turn}", recorder)
+    assert all(item["kind"] != "summary" for item in session.transcript)
+    assert memo_for(session.transcript).conversation_bytes > BUDGET
+
+
+def test_the_budget_is_the_setting_at_most_the_broker_limit_less_an_eighth() -> None:
+    assert snapshot_budget(None, 8_388_608) == 7_340_032
+    assert snapshot_budget(1_000_000, 8_388_608) == 1_000_000
+    assert snapshot_budget(9_000_000, 8_388_608) == 7_340_032
+    assert snapshot_budget(None, 1_048_576) == 917_504
+    assert snapshot_budget(500_000, 0) == 500_000  # not connected: the setting alone
+    assert snapshot_budget(None, 0) is None
