@@ -33,6 +33,28 @@ from core.trusted_models import trusted
 
 log = logging.getLogger(__name__)
 
+# A tool result's content is kept to this many characters (the rest replaced by a marker saying how
+# much was cut): every later snapshot of the session repeats it three times (transcript, projection,
+# chatend text), and one the broker cannot store would leave no checkpoint possible for the session.
+# Under a snapshot budget, at most a 24th of it (3 copies of up to 4 UTF-8 bytes a character, within
+# the half a turn may add after compaction, recovery.py).
+MAX_TOOL_RESULT_CHARS = 262_144
+BUDGET_BYTES_PER_RESULT_CHAR = 24
+
+
+def tool_result_limit(snapshot_max_bytes: int | None) -> int:
+    """Characters of a tool result's content kept in the transcript."""
+    if snapshot_max_bytes is None:
+        return MAX_TOOL_RESULT_CHARS
+    return max(min(MAX_TOOL_RESULT_CHARS, snapshot_max_bytes // BUDGET_BYTES_PER_RESULT_CHAR), 1)
+
+
+def clip_content(content: str, limit: int) -> str:
+    """``content``, or its first ``limit`` characters and a marker of how many more there were."""
+    if len(content) <= limit:
+        return content
+    return f"{content[:limit]}\n[truncated: {len(content) - limit} more characters]"
+
 
 class TurnExhausted(Conflict):
     """Raised when a turn used its round limit without an answer; the turn stays pending
@@ -141,8 +163,12 @@ async def _resolve_open_calls(session: SessionPort, checkpoint: Checkpoint) -> N
 
 
 def _result_drafts(session: SessionPort, call: OpenCall, outcome: ToolOutcome) -> list[Draft]:
+    content = clip_content(outcome.content, tool_result_limit(session.snapshot_max_bytes))
+    if len(content) != len(outcome.content):
+        log.warning("tool %s of session %s returned %d characters; %d kept", call.name, session.session_id,
+                    len(outcome.content), len(content))
     result = {
-        "id": call.id, "name": call.name, "ok": outcome.ok, "content": outcome.content,
+        "id": call.id, "name": call.name, "ok": outcome.ok, "content": content,
         "interrupted": False, "usage": outcome.usage.model_dump(),
     }
     drafts = [session.draft(EntryKind.TOOL_RESULT, result)]

@@ -72,4 +72,12 @@ async def strict_code(ctx: ToolContext, args: dict[str, Any]) -> str:
     return f"code {args['code']}"
 
 
-TOOLS = [hold_once, hold_again, sleepy, explode, free_time_only, strict_code]
+@custom_tool(name="flood", description="Returns `chars` characters of text.",
+             parameters={"type": "object", "properties": {"chars": {"type": "integer", "minimum": 0}}},
+             modes=["conversation"], idempotent=True)
+async def flood(ctx: ToolContext, args: dict[str, Any]) -> str:
+    return "f" * int(args.get("chars", 0))
+
+
+TOOLS = [hold_once, hold_again, sleepy, explode, free_time_only, strict_code, flood]
+

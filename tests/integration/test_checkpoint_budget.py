@@ -23,6 +23,7 @@ from consumers.service import TurnstileService
 from consumers.settings import Settings
 from schemas.subjects import Subjects
 from tests.integration.harness import Collector, api, inbound, publish_inbound, wait_for
+from tests.integration.tool_helpers import CHAT, tool_results
 
 SERVER_MAX_PAYLOAD = 65_536
 TEXT_CHARS = 1_000  # a turn adds ~2 kB of text, ~7 kB of snapshot: past the limit within ten turns
@@ -50,6 +51,7 @@ def settings(nats_server: NatsServer, tmp_path: Path) -> Settings:
         fetch_timeout_s=0.2,
         ack_wait_s=5.0,
         context_window_tokens=1_000_000,  # the window alone would never compact this conversation
+        tool_modules=["tests.integration.plugin_tools"],
     )
 
 
@@ -79,3 +81,23 @@ async def test_a_conversation_longer_than_the_max_payload_is_compacted_and_every
     versions = await api(nc, subjects, "session", "state_versions", {"session_id": sid, "limit": 1000})
     assert versions["ok"], versions
     assert sum(1 for step in versions["result"] if step["kind"] == "user_message") == TURNS
+
+
+@pytest.mark.rule("MQ-3")
+async def test_a_tool_result_larger_than_the_max_payload_is_cut_and_the_session_goes_on(
+    service: TurnstileService, nc: Client, subjects: Subjects, caplog: pytest.LogCaptureFixture
+) -> None:
+    # MQ-3: kept whole, the result would be in every later snapshot and no checkpoint could be stored again
+    sid = f"flood-{uuid.uuid4().hex[:6]}"
+    replies = await Collector().attach(nc, subjects.outbound("cli", sid))
+    checkpoints = await Collector().attach(nc, subjects.checkpoint(sid))
+    await publish_inbound(nc, subjects, inbound(sid, '/tool flood {"chars": 200000}\n/say after the flood', chat=CHAT))
+    await wait_for(lambda: replies.messages, what="the answer after the tool")
+    await publish_inbound(nc, subjects, inbound(sid, "and then", chat=CHAT))
+    await wait_for(lambda: len(replies.messages) >= 2, what="the next message's answer")
+    assert [r["text"] for r in replies.json()] == ["after the flood", "echo: and then"]
+    [result] = tool_results(checkpoints)
+    assert result["content"].startswith("f" * 100) and result["content"].endswith("more characters]")
+    assert all(len(m.data) <= SERVER_MAX_PAYLOAD for m in checkpoints.messages)
+    refused = [r.getMessage() for r in caplog.records if "MaxPayloadError" in r.getMessage()]
+    assert refused == [], "a checkpoint was refused by the broker"

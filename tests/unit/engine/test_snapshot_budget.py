@@ -7,15 +7,21 @@ chatend text), so short messages fill megabytes of checkpoint long before a toke
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from consumers.session_opener import snapshot_budget
-from core.engine import RuntimeModel
+from core.engine import RuntimeModel, ToolRegistry, builtin_registry
 from core.engine.chatend import memo_for
+from core.engine.tools import ToolOutcome
+from core.engine.tools.registry import ToolDefinition
+from core.engine.turn_loop import MAX_TOOL_RESULT_CHARS
 
 from .conftest import Recorder, SessionFactory
 
 BUDGET = 40_000
+OPEN = {"type": "object", "properties": {}, "additionalProperties": True}
 BIG_WINDOW = RuntimeModel(model="m", context_window_tokens=10_000_000)
 
 
@@ -55,3 +61,35 @@ def test_the_budget_is_the_setting_at_most_the_broker_limit_less_an_eighth() -> 
     assert snapshot_budget(None, 1_048_576) == 917_504
     assert snapshot_budget(500_000, 0) == 500_000  # not connected: the setting alone
     assert snapshot_budget(None, 0) is None
+
+
+async def _flood(ctx: Any, args: dict[str, Any]) -> ToolOutcome:
+    return ToolOutcome(ok=True, content="f" * 1_000_000)
+
+
+def _flood_registry() -> ToolRegistry:
+    registry = builtin_registry()
+    registry.register(ToolDefinition(name="flood", description="a megabyte of text", parameters=OPEN, handler=_flood))
+    return registry
+
+
+async def test_a_huge_tool_result_is_cut_to_fit_the_snapshot_budget(make_session: SessionFactory) -> None:
+    # Kept whole, it would be in every later snapshot of the session: no checkpoint could be stored again.
+    session = await make_session(runtime=BIG_WINDOW, snapshot_max_bytes=BUDGET, tools=_flood_registry())
+    recorder = Recorder()
+    for turn in range(3):
+        await session.begin_user_turn(f"/tool flood {{}}\n/say done {turn}", checkpoint=recorder)
+        await session.run_pending_turn(f"op-{turn}", recorder)
+    sizes = [len(snapshot.raw) for snapshot in recorder.snapshots]
+    assert max(sizes) <= BUDGET, f"a snapshot of {max(sizes)} B passed the budget of {BUDGET} B"
+    results = [i["payload"]["content"] for i in session.transcript if i["kind"] == "tool_result"]
+    assert results and all(r.startswith("f" * 100) and r.endswith("more characters]") for r in results)
+    assert session.turn_outputs[-1].text == "done 2"
+
+
+async def test_without_a_budget_a_tool_result_is_cut_at_its_own_limit(make_session: SessionFactory) -> None:
+    session = await make_session(runtime=BIG_WINDOW, tools=_flood_registry())
+    await session.begin_user_turn("/tool flood {}\n/say done")
+    await session.run_pending_turn("op", Recorder())
+    (content,) = [i["payload"]["content"] for i in session.transcript if i["kind"] == "tool_result"]
+    assert content == "f" * MAX_TOOL_RESULT_CHARS + f"\n[truncated: {1_000_000 - MAX_TOOL_RESULT_CHARS} more characters]"
