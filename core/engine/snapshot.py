@@ -98,11 +98,16 @@ class EncodedSnapshot(Mapping[str, Any]):
 
 
 def _tail_since(entries: list[SeqT], since_version: int) -> list[SeqT]:
-    """The entries with ``seq >= since_version`` (they are in seq order): a scan from the end."""
+    """The entries with ``seq >= since_version``: a scan from the end. They are in seq order but
+    for a context-recovery summary, which replaces the oldest items at the head of the transcript
+    with the newest seq, so a new head is taken too."""
     start = len(entries)
     while start > 0 and entries[start - 1]["seq"] >= since_version:
         start -= 1
-    return entries[start:]
+    tail = entries[start:]
+    if start > 0 and entries[0]["seq"] >= since_version:
+        tail.insert(0, entries[0])
+    return tail
 
 
 # The last fields of ``SessionState`` (in its order, so the bytes stay those of a checkpoint

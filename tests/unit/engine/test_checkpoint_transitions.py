@@ -5,7 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from consumers.checkpoint_transitions import transition_of
+from core.engine import RuntimeModel
 from core.engine.snapshot import EncodedSnapshot
+
+from .conftest import Recorder, SessionFactory
 
 
 def _item(seq: int, kind: str, **payload: Any) -> dict[str, Any]:
@@ -50,3 +53,18 @@ def test_old_entries_do_not_name_a_new_checkpoint() -> None:
     snap = _snap([_item(0, "user_message"), _item(1, "box")], [{"seq": 0, "type": "turn_ended"}])
     assert transition_of(snap, 1) == "group_context"
     assert transition_of(_snap([])) == "opened"
+
+
+async def test_a_compaction_checkpoint_is_named_context_compacted(make_session: SessionFactory) -> None:
+    # The summary goes first in the transcript with the newest seq: the checkpoint after it still names it.
+    session = await make_session(runtime=RuntimeModel(model="m", context_window_tokens=400))
+    recorder = Recorder()
+    for turn in range(6):
+        await session.begin_user_turn(f"turn {turn}: " + "w" * 200, checkpoint=recorder)
+        await session.run_pending_turn(f"op-{turn}", recorder)
+    names, since = [], 0
+    for snapshot in recorder.snapshots:
+        names.append(transition_of(snapshot, since))
+        since = snapshot.state_version
+    assert session.transcript[0]["kind"] == "summary"
+    assert "context_compacted" in names and "step" not in names, names
