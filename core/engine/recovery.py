@@ -6,7 +6,9 @@ oldest whole turns are summarised through the provider (usage counted) into one
 ``summary`` entry that replaces them in the transcript, so the snapshot stays
 bounded; the journal keeps every original entry. The pending turn is never cut,
 and cuts fall only on user-message boundaries so a tool call is never separated
-from its result. The newest items kept aim at half the window.
+from its result. The newest items kept aim at half the window. A cut covers every item
+older than what it keeps where it can, so an earlier summary (which heads the transcript
+with a newer seq than the items it kept) is replaced, not left beside the one covering it.
 
 The snapshot repeats the conversation three times (transcript, projection, chatend
 text) with ~300 bytes of JSON per item, so a conversation of short messages makes
@@ -64,15 +66,35 @@ def choose_cut(
     ]
     if not boundaries:
         return 0
+    # Prefer cuts that cover every item older than what they keep: an earlier summary heads the
+    # transcript with a newer seq than the items it kept, and a cut among those would leave it in
+    # place, after the summary that also covers it (the model would read it twice, out of order).
+    candidates = [i for i in boundaries if covers_whole(transcript, i)] or boundaries
     memo = memo_for(transcript)
     target = int(window_tokens * KEEP_FRACTION) - estimate_tokens(system_prompt)
     bytes_target = None if conversation_bytes is None else int(conversation_bytes * KEEP_FRACTION)
-    for index in boundaries:
+    for index in candidates:
         if tokens_for_chars(rendered_rest_chars(memo, index)) <= target and (
             bytes_target is None or memo.rest_bytes(index) <= bytes_target
         ):
             return index
-    return boundaries[-1]
+    return candidates[-1]
+
+
+def covers_whole(transcript: list[TranscriptItem], cut: int) -> bool:
+    """Every item before ``cut`` is older (a lower seq) than the item at ``cut``.
+
+    Only the head can be out of order (a summary), so its seq and the one before the cut decide."""
+    kept = transcript[cut]["seq"]
+    return transcript[0]["seq"] < kept and transcript[cut - 1]["seq"] < kept
+
+
+def covered_through(transcript: list[TranscriptItem], cut: int) -> int:
+    """``covers_through_seq`` of a summary replacing ``transcript[:cut]``: the reducer keeps the
+    items with a higher seq, so a whole cover names the newest seq it covers."""
+    if covers_whole(transcript, cut):
+        return max(transcript[0]["seq"], transcript[cut - 1]["seq"])
+    return transcript[cut - 1]["seq"]
 
 
 def conversation_limit(session: SessionPort) -> int | None:
@@ -114,7 +136,7 @@ async def recover_context(session: SessionPort, checkpoint: Checkpoint | None) -
     session.last_usage = session.last_usage + response.usage
     payload = {
         "text": response.text,
-        "covers_through_seq": covered[-1]["seq"],
+        "covers_through_seq": covered_through(transcript, cut),
         "replaced_count": len(covered),
         "usage": response.usage.model_dump(),
     }

@@ -99,3 +99,25 @@ async def test_a_summary_leaves_no_memo_of_the_transcript_it_replaced(make_sessi
             replaced.append(id(before))
     assert replaced, "the window made at least one summary"
     assert not set(replaced) & set(chatend._memos), "a replaced transcript's memo (and the transcript) stayed cached"
+
+
+@pytest.mark.rule("KS-21")
+@pytest.mark.parametrize("budget", [None, 40_000])
+async def test_every_compaction_leaves_one_summary_heading_the_rest_in_order(
+    make_session: SessionFactory, budget: int | None
+) -> None:
+    # KS-21: older transcript is compacted into the summary; a later compaction covers the earlier one
+    window = 500 if budget is None else 10_000_000
+    session = await make_session(runtime=RuntimeModel(model="m", context_window_tokens=window), snapshot_max_bytes=budget)
+    compacted: set[int] = set()
+    for turn in range(400):
+        await session.begin_user_turn(f"hi {turn}")
+        await session.run_pending_turn(f"op-{turn}", Recorder())
+        transcript = session.transcript
+        kinds = [item["kind"] for item in transcript]
+        if "summary" in kinds:
+            assert kinds.count("summary") == 1 and kinds[0] == "summary", (turn, kinds[:4])
+            seqs = [item["seq"] for item in transcript[1:]]
+            assert seqs == sorted(seqs), turn
+            compacted.add(session.state.compacted_through_seq)
+    assert len(compacted) > 2, "compacted several times"
