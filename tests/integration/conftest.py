@@ -31,8 +31,18 @@ def collect_refused_connections() -> Iterator[None]:
 
 
 @pytest.fixture
-async def nats_server(tmp_path: Path) -> AsyncIterator[NatsServer]:
-    server = NatsServer(store_dir=tmp_path / "nats")
+def nats_config() -> str | None:
+    """nats-server configuration for the test's server (a module overrides it, e.g. a small max_payload)."""
+    return None
+
+
+@pytest.fixture
+async def nats_server(tmp_path: Path, nats_config: str | None) -> AsyncIterator[NatsServer]:
+    config = None
+    if nats_config is not None:
+        config = tmp_path / "nats-test.conf"
+        config.write_text(nats_config)
+    server = NatsServer(store_dir=tmp_path / "nats", config=config)
     await server.start()
     try:
         yield server

@@ -11,14 +11,11 @@ answered.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import orjson
 import pytest
 from nats.aio.client import Client
 
-from consumers.nats_server import NatsServer
 from consumers.service import TurnstileService
 from consumers.settings import Settings
 from schemas.subjects import Subjects
@@ -31,28 +28,16 @@ TURNS = 24
 
 
 @pytest.fixture
-async def nats_server(tmp_path: Path) -> AsyncIterator[NatsServer]:
-    config = tmp_path / "small.conf"
-    config.write_text(f"max_payload: {SERVER_MAX_PAYLOAD}\n")
-    server = NatsServer(store_dir=tmp_path / "nats", config=config)
-    await server.start()
-    try:
-        yield server
-    finally:
-        await server.stop()
+def nats_config() -> str:
+    return f"max_payload: {SERVER_MAX_PAYLOAD}\n"
 
 
 @pytest.fixture
-def settings(nats_server: NatsServer, tmp_path: Path) -> Settings:
-    return Settings(
-        nats_url=nats_server.url,
-        database_url=f"sqlite+aiosqlite:///{tmp_path / 'turnstile.db'}",
-        prefix="t" + uuid.uuid4().hex[:8],
-        fetch_timeout_s=0.2,
-        ack_wait_s=5.0,
-        context_window_tokens=1_000_000,  # the window alone would never compact this conversation
-        tool_modules=["tests.integration.plugin_tools"],
-    )
+def settings(settings: Settings) -> Settings:
+    return settings.model_copy(update={
+        "context_window_tokens": 1_000_000,  # the window alone would never compact this conversation
+        "tool_modules": ["tests.integration.plugin_tools"],
+    })
 
 
 @pytest.mark.rule("MQ-3")

@@ -9,15 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import orjson
 import pytest
 from nats.aio.client import Client
 from nats.errors import MaxPayloadError
 
-from consumers.nats_server import NatsServer
 from consumers.service import TurnstileService
 from consumers.settings import Settings
 from schemas.subjects import Subjects
@@ -28,27 +25,13 @@ MAX_INBOUND_BYTES = 16_384
 
 
 @pytest.fixture
-async def nats_server(tmp_path: Path) -> AsyncIterator[NatsServer]:
-    config = tmp_path / "small.conf"
-    config.write_text(f"max_payload: {SERVER_MAX_PAYLOAD}\n")
-    server = NatsServer(store_dir=tmp_path / "nats", config=config)
-    await server.start()
-    try:
-        yield server
-    finally:
-        await server.stop()
+def nats_config() -> str:
+    return f"max_payload: {SERVER_MAX_PAYLOAD}\n"
 
 
 @pytest.fixture
-def settings(nats_server: NatsServer, tmp_path: Path) -> Settings:
-    return Settings(
-        nats_url=nats_server.url,
-        database_url=f"sqlite+aiosqlite:///{tmp_path / 'turnstile.db'}",
-        prefix="t" + uuid.uuid4().hex[:8],
-        fetch_timeout_s=0.2,
-        ack_wait_s=5.0,
-        max_inbound_bytes=MAX_INBOUND_BYTES,
-    )
+def settings(settings: Settings) -> Settings:
+    return settings.model_copy(update={"max_inbound_bytes": MAX_INBOUND_BYTES})
 
 
 def valid_json_of_size(sid: str, size: int) -> bytes:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from consumers.session_opener import snapshot_budget
-from core.engine import RuntimeModel, ToolRegistry, builtin_registry
+from core.engine import RuntimeModel, Session, ToolRegistry, builtin_registry
 from core.engine.chatend import memo_for
 from core.engine.tools import ToolOutcome
 from core.engine.tools.registry import ToolDefinition
@@ -25,17 +25,22 @@ OPEN = {"type": "object", "properties": {}, "additionalProperties": True}
 BIG_WINDOW = RuntimeModel(model="m", context_window_tokens=10_000_000)
 
 
+async def _talk(session: Session, texts: list[str]) -> list[int]:
+    """One turn per text; the sizes of every snapshot handed to the checkpoint callback."""
+    recorder = Recorder()
+    for turn, text in enumerate(texts):
+        await session.begin_user_turn(text, checkpoint=recorder)
+        await session.run_pending_turn(f"op-{turn}", recorder)
+    return [len(snapshot.raw) for snapshot in recorder.snapshots]
+
+
 @pytest.mark.rule("KS-21")
 async def test_a_conversation_of_short_messages_is_compacted_under_the_snapshot_budget(
     make_session: SessionFactory, journal
 ) -> None:
     # KS-21: compacted through the provider, usage counted, nothing dropped from the journal
     session = await make_session(runtime=BIG_WINDOW, snapshot_max_bytes=BUDGET)
-    recorder = Recorder()
-    for turn in range(150):
-        await session.begin_user_turn(f"hi {turn}", checkpoint=recorder)
-        await session.run_pending_turn(f"op-{turn}", recorder)
-    sizes = [len(snapshot.raw) for snapshot in recorder.snapshots]
+    sizes = await _talk(session, [f"hi {turn}" for turn in range(150)])
     assert max(sizes) <= BUDGET, f"a snapshot of {max(sizes)} B passed the budget of {BUDGET} B"
     assert session.transcript[0]["kind"] == "summary"
     assert session.usage_total.input_tokens > 0
@@ -46,10 +51,7 @@ async def test_a_conversation_of_short_messages_is_compacted_under_the_snapshot_
 
 async def test_without_a_budget_only_the_window_compacts(make_session: SessionFactory) -> None:
     session = await make_session(runtime=BIG_WINDOW)
-    recorder = Recorder()
-    for turn in range(150):
-        await session.begin_user_turn(f"hi {turn}", checkpoint=recorder)
-        await session.run_pending_turn(f"op-{turn}", recorder)
+    await _talk(session, [f"hi {turn}" for turn in range(150)])
     assert all(item["kind"] != "summary" for item in session.transcript)
     assert memo_for(session.transcript).conversation_bytes > BUDGET
 
@@ -76,11 +78,7 @@ def _flood_registry() -> ToolRegistry:
 async def test_a_huge_tool_result_is_cut_to_fit_the_snapshot_budget(make_session: SessionFactory) -> None:
     # Kept whole, it would be in every later snapshot of the session: no checkpoint could be stored again.
     session = await make_session(runtime=BIG_WINDOW, snapshot_max_bytes=BUDGET, tools=_flood_registry())
-    recorder = Recorder()
-    for turn in range(3):
-        await session.begin_user_turn(f"/tool flood {{}}\n/say done {turn}", checkpoint=recorder)
-        await session.run_pending_turn(f"op-{turn}", recorder)
-    sizes = [len(snapshot.raw) for snapshot in recorder.snapshots]
+    sizes = await _talk(session, [f"/tool flood {{}}\n/say done {turn}" for turn in range(3)])
     assert max(sizes) <= BUDGET, f"a snapshot of {max(sizes)} B passed the budget of {BUDGET} B"
     results = [i["payload"]["content"] for i in session.transcript if i["kind"] == "tool_result"]
     assert results and all(r.startswith("f" * 100) and r.endswith("more characters]") for r in results)
