@@ -51,11 +51,11 @@ def rendered_rest_chars(memo: TranscriptMemo, index: int) -> int:
 
 def choose_cut(
     system_prompt: str, transcript: list[TranscriptItem], window_tokens: int, protect_from: int,
-    conversation_bytes: int | None = None,
+    bytes_limit: int | None = None,
 ) -> int:
     """Index of the first transcript item to keep (0: nothing can be summarised): the first
-    user-message boundary whose rendered rest fits half the window (and, given
-    ``conversation_bytes``, whose items' snapshot bytes fit half of it), else the last boundary.
+    user-message boundary whose rendered rest fits half the window (and, given ``bytes_limit``,
+    whose items' snapshot bytes fit half of that limit), else the last boundary.
 
     The rest's sizes come from the transcript's memo (running sizes per item), so choosing
     costs O(items), not a projection and rendering of every suffix (O(items²), and a memo
@@ -72,7 +72,7 @@ def choose_cut(
     candidates = [i for i in boundaries if covers_whole(transcript, i)] or boundaries
     memo = memo_for(transcript)
     target = int(window_tokens * KEEP_FRACTION) - estimate_tokens(system_prompt)
-    bytes_target = None if conversation_bytes is None else int(conversation_bytes * KEEP_FRACTION)
+    bytes_target = None if bytes_limit is None else int(bytes_limit * KEEP_FRACTION)
     for index in candidates:
         if tokens_for_chars(rendered_rest_chars(memo, index)) <= target and (
             bytes_target is None or memo.rest_bytes(index) <= bytes_target
@@ -84,7 +84,8 @@ def choose_cut(
 def covers_whole(transcript: list[TranscriptItem], cut: int) -> bool:
     """Every item before ``cut`` is older (a lower seq) than the item at ``cut``.
 
-    Only the head can be out of order (a summary), so its seq and the one before the cut decide."""
+    Only the head is out of order (a summary; a second summary behind it, in a journal written
+    before this rule, is older than the head), so the head's seq and the one before the cut decide."""
     kept = transcript[cut]["seq"]
     return transcript[0]["seq"] < kept and transcript[cut - 1]["seq"] < kept
 
