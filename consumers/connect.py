@@ -114,7 +114,8 @@ def not_now(exc: BaseException) -> bool:
     if isinstance(exc, ServiceUnavailableError | NoStreamResponseError | nats.errors.NoRespondersError):
         return True
     if isinstance(exc, APIError):
-        return exc.code == UNAVAILABLE_CODE
+        # Not every APIError carries a code: nats-py's KeyValue errors (KeyNotFoundError, …) set none.
+        return getattr(exc, "code", None) == UNAVAILABLE_CODE
     return isinstance(
         exc, nats.errors.TimeoutError | TimeoutError | nats.errors.ConnectionReconnectingError
         | nats.errors.FlushTimeoutError,

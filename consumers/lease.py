@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig, StorageType
-from nats.js.errors import BadRequestError, KeyWrongLastSequenceError, NotFoundError
+from nats.js.errors import BadRequestError, KeyNotFoundError, KeyWrongLastSequenceError, NotFoundError
 from nats.js.kv import KeyValue
 
 from consumers.connect import not_now
@@ -69,6 +69,10 @@ class OwnershipLease:
         try:
             self._revision = await kv.create(LEASE_KEY, self.owner_id.encode())
         except KeyWrongLastSequenceError:
+            return False
+        except KeyNotFoundError:
+            # Refused, ``create`` reads the key to tell a deleted one from a held one; it expired
+            # (the bucket's max age) between the two: nobody holds it now, the next ask takes it.
             return False
         return True
 

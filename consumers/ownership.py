@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig, StorageType
-from nats.js.errors import BadRequestError, KeyWrongLastSequenceError, NotFoundError
+from nats.js.errors import BadRequestError, KeyNotFoundError, KeyWrongLastSequenceError, NotFoundError
 from nats.js.kv import KeyValue
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_delay, wait_exponential
 
@@ -290,6 +290,8 @@ class PartitionOwnership:
                 revision = await kv.create(_pkey(partition), self.owner_id.encode())
             except (KeyWrongLastSequenceError, BadRequestError):
                 continue  # held by another process
+            except KeyNotFoundError:
+                continue  # its holder's key expired while ``create`` read it: free, taken next round
             self.held[partition] = Held(revision, revision, sent)
             gained.append(partition)
         if gained:
