@@ -110,11 +110,12 @@ async def recover_context(session: SessionPort, checkpoint: Checkpoint | None) -
     """Summarise old turns when the context is over the window; True if it compacted."""
     state = session.state
     window = state.runtime.context_window_tokens
-    limit = conversation_limit(session)
-    over_bytes = limit is not None and memo_for(state.transcript).conversation_bytes > limit
-    if not over_bytes and projected_tokens(session.system_prompt, state.transcript) <= window:
-        return False
     transcript = state.transcript
+    memo = memo_for(transcript)
+    limit = conversation_limit(session)
+    over_bytes = limit is not None and memo.conversation_bytes > limit
+    if not over_bytes and tokens_for_chars(memo_chatend_chars(session.system_prompt, memo)) <= window:
+        return False
     protect_from = len(transcript) - 1
     if state.turn.pending:
         for index, item in enumerate(transcript):
@@ -125,7 +126,6 @@ async def recover_context(session: SessionPort, checkpoint: Checkpoint | None) -
     if cut == 0:
         return False
     covered = transcript[:cut]
-    memo = memo_for(transcript)
     request = ModelRequest(
         model=state.runtime.model,
         reasoning_effort=state.runtime.reasoning_effort,

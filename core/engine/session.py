@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from core.engine import completion, group_context, openings
 from core.engine.answers import RESPONSE_KINDS
 from core.engine.attachments import attachment_drafts
-from core.engine.chatend import forget_memo, memo_for
+from core.engine.chatend import forget_memo
 from core.engine.drafts import Checkpoint, Draft, interrupted_result
 from core.engine.journal import EntryKind, HistoryJournal, JournalEntry
 from core.engine.knowledge import KnowledgeStore
@@ -208,7 +208,7 @@ class Session(SessionView):
         try:
             snapshot = encode_snapshot(self._state, self.system_prompt, self._published_version, self._events_json)
             self._published_version = snapshot.state_version
-            self.snapshot_rest_bytes = len(snapshot.raw) - memo_for(self._state.transcript).conversation_bytes
+            self.snapshot_rest_bytes = len(snapshot.raw) - snapshot.conversation_bytes
             await checkpoint(snapshot)
         except CheckpointFailed:
             raise

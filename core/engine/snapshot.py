@@ -68,14 +68,18 @@ class EncodedSnapshot(Mapping[str, Any]):
     Reading it as a mapping parses ``raw`` once (the equal ``build_snapshot`` dict);
     a publisher sends ``raw`` as is. ``new_items`` / ``new_events`` are the transcript
     items and events journaled since the previous snapshot the session handed out.
+    ``conversation_bytes``: how much of ``raw`` the transcript, its projection and the chatend
+    text take (the rest is the state, events and boxes).
     """
 
-    __slots__ = ("_data", "new_events", "new_items", "raw", "state_version")
+    __slots__ = ("_data", "conversation_bytes", "new_events", "new_items", "raw", "state_version")
 
     def __init__(
-        self, raw: bytes, state_version: int, new_items: list[TranscriptItem], new_events: list[EventRecord]
+        self, raw: bytes, state_version: int, new_items: list[TranscriptItem], new_events: list[EventRecord],
+        conversation_bytes: int = 0,
     ) -> None:
         self.raw = raw
+        self.conversation_bytes = conversation_bytes
         self.state_version = state_version
         self.new_items = new_items
         self.new_events = new_events
@@ -189,7 +193,8 @@ def encode_snapshot(
         b"}",
     ))
     return EncodedSnapshot(
-        raw, state.next_seq, _tail_since(state.transcript, since_version), _tail_since(state.events, since_version)
+        raw, state.next_seq, _tail_since(state.transcript, since_version), _tail_since(state.events, since_version),
+        memo.conversation_bytes,
     )
 
 
