@@ -2,7 +2,9 @@
 
 One ``StoreChange`` is one transaction (``engine.begin()``); upserts use the
 dialect's ``INSERT … ON CONFLICT DO UPDATE`` (SQLite and PostgreSQL), compiled once
-per dialect and table and run with ``run_rows`` (``core/store/driver_sql.py``).
+per dialect and table and run with ``run_rows`` (``core/store/driver_sql.py``). On SQLite a
+session row's indexed columns are left out of the upsert and set by a second statement only
+where they changed (``SESSION_INDEXED``).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, cast
 
-from sqlalchemy import JSON, Connection, RowMapping, Table, delete, select
+from sqlalchemy import JSON, Connection, RowMapping, Table, bindparam, delete, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core.errors import Unavailable
@@ -23,6 +25,14 @@ from core.store.driver_sql import Piece, driver_sql, run_rows
 from core.store.session_tables import generations_table, places_table, sessions_table, workspaces_table
 
 Row = dict[str, Any]
+
+# The indexed columns of ``sessions`` besides its key. SQLite rewrites an index's entry whenever an
+# UPDATE names one of its columns, changed or not, so a whole-row upsert dirtied both indexes' pages
+# on every record write: a turn's two writes (status, last turn, tokens) made 16 KiB of the ~77 KiB
+# of WAL a message writes. On SQLite the upsert leaves them out of its SET and a second statement
+# sets them only on the rows where they differ (a move, a workspace change), which is rare.
+# (PostgreSQL compares the values itself: an update that changes no indexed value is a HOT update.)
+SESSION_INDEXED = tuple(c.name for c in sessions_table.columns if c.index)
 
 
 def session_row(record: SessionRecord) -> Row:
@@ -158,7 +168,7 @@ class SqlSessionRepository:
 
     def _apply(self, conn: Connection, change: StoreChange) -> None:
         self._delete(conn, sessions_table, "id", change.deleted_sessions)
-        self._upsert(conn, sessions_table, ("id",), [session_row(r) for r in change.sessions])
+        self._upsert_sessions(conn, [session_row(r) for r in change.sessions])
         self._delete(conn, places_table, "key", change.deleted_places)
         self._upsert(conn, places_table, ("key",), [place_row(p) for p in change.places])
         self._delete(conn, workspaces_table, "id", change.deleted_workspaces)
@@ -177,18 +187,44 @@ class SqlSessionRepository:
         sql, values = self._upsert_statement(conn, table, keys, rows)
         run_rows(conn, sql, values)
 
+    def _upsert_sessions(self, conn: Connection, rows: list[Row]) -> None:
+        """Upsert session rows; on SQLite without naming the indexed columns unless they changed (``SESSION_INDEXED``)."""
+        if not rows:
+            return
+        if self._dialect != "sqlite":
+            self._upsert(conn, sessions_table, ("id",), rows)
+            return
+        sql, values = self._upsert_statement(conn, sessions_table, ("id",), rows, kept=SESSION_INDEXED)
+        run_rows(conn, sql, values)
+        t = sessions_table
+        # Bound by name twice each (the SET, then the WHERE): the tuple repeats them in that order.
+        binds = (*SESSION_INDEXED, "id", *SESSION_INDEXED)
+
+        def build() -> Any:
+            changed = or_(*(t.c[name].is_distinct_from(bindparam(name)) for name in SESSION_INDEXED))
+            return (
+                update(t).where(t.c.id == bindparam("id"), changed)
+                .values({name: bindparam(name) for name in SESSION_INDEXED})
+            )
+
+        moved = driver_sql(conn, "move sessions", build, binds)
+        run_rows(conn, moved, [tuple(row.get(name) for name in binds) for row in rows])
+
     def _upsert_statement(
-        self, conn: Connection, table: Table, keys: tuple[str, ...], rows: list[Row]
+        self, conn: Connection, table: Table, keys: tuple[str, ...], rows: list[Row], kept: tuple[str, ...] = (),
     ) -> tuple[str, list[tuple[Any, ...]]]:
-        """The upsert's SQL text in the dialect's parameter style and each row's values in its bind order."""
+        """The upsert's SQL text in the dialect's parameter style and each row's values in its bind order.
+
+        ``kept``: columns an existing row keeps (not in the update's SET; inserted with a new row)."""
         names, json_at = _columns(table)
 
         def build() -> Any:
             stmt = upsert_insert(self._dialect)(table)
-            updates = {c.name: stmt.excluded[c.name] for c in table.columns if c.name not in keys}
+            updates = {c.name: stmt.excluded[c.name] for c in table.columns if c.name not in keys and c.name not in kept}
             return stmt.on_conflict_do_update(index_elements=list(keys), set_=updates)
 
-        sql = driver_sql(conn, f"upsert {table.name}", build, names, column_keys=names)
+        name = f"upsert {table.name}" + (f" keeping {','.join(kept)}" if kept else "")
+        sql = driver_sql(conn, name, build, names, column_keys=names)
         return sql, [_bound(row, names, json_at) for row in rows]
 
 

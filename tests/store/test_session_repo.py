@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import uuid
 from dataclasses import replace
 
@@ -24,7 +25,7 @@ from core.sessions.records import (
     WorkBinding,
     WorkspaceRecord,
 )
-from core.store.db import create_db_engine
+from core.store.db import create_db_engine, metadata
 from core.store.session_repo import SqlSessionRepository
 from core.store.session_tables import sessions_table
 from tests.fakes.session_repo import RecordingEventSink
@@ -168,3 +169,56 @@ async def test_absent_json_fields_are_sql_null_and_present_ones_json_text(engine
         ).one()
     assert row[0] == {"big": 2**70, "s": "ü"}
     assert row[1] and row[2] and row[3]
+
+
+async def test_a_moved_record_is_found_under_its_new_parent_and_workspace(engine: AsyncEngine) -> None:
+    # On SQLite the upsert leaves the indexed columns out and a second statement sets them where they
+    # changed: a move, a workspace set or cleared, must still land and be found through the indexes.
+    repo = SqlSessionRepository(engine)
+    record = replace(full_record(uid("s")), parent_id="p-old")
+    kept = replace(full_record(uid("k")), parent_id="p-old")
+    await repo.apply(StoreChange(sessions=(record, kept)))
+    moved = replace(record, parent_id="p-new", workspace=None, status="active")
+    await repo.apply(StoreChange(sessions=(moved, replace(kept, title="same place"))))
+    t = sessions_table
+    async with engine.connect() as conn:
+        under_new = (await conn.execute(select(t.c.id).where(t.c.parent_id == "p-new"))).scalars().all()
+        under_old = (await conn.execute(select(t.c.id).where(t.c.parent_id == "p-old"))).scalars().all()
+        in_ws1 = (await conn.execute(select(t.c.id).where(t.c.workspace == "ws-1"))).scalars().all()
+    assert under_new == [record.id] and under_old == [kept.id] and in_ws1 == [kept.id]
+    loaded = {r.id: r for r in (await repo.load()).sessions}
+    assert loaded[record.id] == moved
+    assert loaded[kept.id] == replace(kept, title="same place")
+    await repo.apply(StoreChange(sessions=(replace(moved, parent_id=None, workspace="ws-2"),)))
+    assert {r.id: r for r in (await repo.load()).sessions}[record.id] == replace(moved, parent_id=None, workspace="ws-2")
+
+
+def _wal_frames(watcher: sqlite3.Connection) -> int:
+    """Pages written to the WAL since the last call: a PASSIVE checkpoint reports them, a TRUNCATE one
+    (which reports 0 once it truncated) empties the WAL for the next call."""
+    frames = int(watcher.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1])
+    watcher.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return frames
+
+
+async def test_a_record_write_that_keeps_its_place_dirties_no_index_page(sqlite_url: str) -> None:
+    # A turn writes its session's record twice (status, last turn, tokens). SQLite rewrites an index
+    # entry whenever an UPDATE names its column, changed or not: the whole-row upsert dirtied both
+    # indexes' pages (parent, workspace) on every write, 16 KiB of WAL a message.
+    engine = create_db_engine(sqlite_url)
+    # Held open so that no pooled connection closing last checkpoints the WAL away between writes.
+    watcher = sqlite3.connect(sqlite_url.split("///", 1)[1])
+    try:
+        async with engine.begin() as conn:
+            await conn.run_sync(metadata.create_all)
+        repo = SqlSessionRepository(engine)
+        record = replace(full_record(uid("s")), parent_id="p-1")
+        await repo.apply(StoreChange(sessions=(record,)))
+        _wal_frames(watcher)
+        await repo.apply(StoreChange(sessions=(replace(record, status="active", tokens=TokenUsage(200, 40)),)))
+        assert _wal_frames(watcher) == 1, "the turn's record write dirtied more than the row's page"
+        await repo.apply(StoreChange(sessions=(replace(record, parent_id="p-2", workspace="ws-2"),)))
+        assert _wal_frames(watcher) == 3, "a move rewrites the row and both index entries"
+    finally:
+        watcher.close()
+        await engine.dispose()
