@@ -12,6 +12,10 @@ wraps, without changing what they do, the steps a plain message's turn goes thro
 - ``ck publish>``: a checkpoint is handed to its chain (``CheckpointChain.publish``; it first waits
   for the previous checkpoint's ack, the fence); ``ck wait>`` / ``ck wait<``: the chain is waited
   for (``CheckpointChain.settle``: before the next checkpoint, the reply and the end of the item);
+- ``reply>`` / ``reply<``: a reply is published (``ReplySender.publish_reply``: it waits for the
+  session's earlier replies and the checkpoint holding it, then enters the connection's buffer);
+- ``ended>`` / ``ended<``: the turn's end is booked (``TurnEvents.ended``: ``usage``, the record
+  write behind, ``turn.ended``);
 - ``write big`` / ``write small``: nats-py writes to the socket (``writelines``; big ≥ 20 kB: a
   checkpoint is in it);
 - ``ack checkpoint`` / ``ack``: a JetStream publish ack reaches the service's ack handler
@@ -46,6 +50,8 @@ class ServiceMarks:
 
         from consumers.checkpoints import CheckpointChain
         from consumers.publisher import StreamAcks
+        from consumers.replies import ReplySender
+        from consumers.turn_events import TurnEvents
         from consumers.turn_runner import TurnRunner
         from core.engine.session import Session
 
@@ -54,6 +60,8 @@ class ServiceMarks:
         self._around(Session, "run_pending_turn", "turn")
         self._around(CheckpointChain, "settle", "ck wait")
         self._before(CheckpointChain, "publish", "ck publish>")
+        self._around(ReplySender, "publish_reply", "reply")
+        self._around(TurnEvents, "ended", "ended")
         marks = self
         writelines = transport.TcpTransport.writelines
 

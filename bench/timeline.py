@@ -28,7 +28,8 @@ Marks, all in ``time.time()`` of the same machine:
 Per mark: median and p90 offset from the publish over the messages, and in how many messages it
 occurred. The step between consecutive marks is where the time went (a JetStream publish's
 round trip ends when the next mark that waited for its ack appears). Writes
-``var/bench/timeline-<worker>-latest.json`` and prints a table.
+``var/bench/timeline-<worker>-latest.json`` (the summary, and under ``per_message`` every summarised
+message's own marks, to read one message's path in order) and prints a table.
 """
 
 from __future__ import annotations
@@ -299,6 +300,7 @@ async def _measure(
         "isolated": len(msgs),
         "reply_latency": paced.latency.as_dict(),
         "marks": summarise(msgs),
+        "per_message": msgs,  # every summarised message's marks (ms from its publish), in publish order
         "sql_commits_per_msg": len(commit_log) / max(len(origins), 1) if commit_log else None,
         "sql_first_write_to_commit_ms_median": statistics.median(commit_durations) if commit_durations else None,
         # PostgreSQL round trips per message by kind (BEGIN, COMMIT, statement, executemany, prepare, ...)
