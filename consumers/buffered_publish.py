@@ -13,9 +13,15 @@ whitespace) and one ``%`` format, through nats-py's own ``_send_command`` and fl
 with ``publish``'s checks and errors (closed, draining, buffer limit while
 reconnecting, max payload).
 
-Leans on nats-py internals (``_status``, ``_max_payload``, ``_max_pending_size``,
-``_pending_data_size``, ``_send_command``, ``_flush_queue``, ``_flush_pending``,
-``stats``): tests/integration/test_buffered_publish.py fails if they change.
+A payload may also be given in pieces (a tuple of bytes: a checkpoint is its envelope spliced
+around the encoded snapshot). Its pieces go into the pending buffer as they are, after the
+protocol line and before the closing CRLF, all at once: a checkpoint of a long session (hundreds
+of kB, twice a turn) is not copied whole into one payload and again into one command before
+the flusher's own join.
+
+Leans on nats-py internals (``_status``, ``_max_payload``, ``_max_pending_size``, ``_pending``,
+``_pending_data_size``, ``_send_command``, ``_flush_queue``, ``_flush_pending``, ``stats``):
+tests/integration/test_buffered_publish.py fails if they change.
 """
 
 from __future__ import annotations
@@ -26,7 +32,11 @@ from collections.abc import Mapping
 from nats import errors
 from nats.aio.client import Client
 
-__all__ = ["BufferedPublish", "header_block", "subject_bytes"]
+__all__ = ["BufferedPublish", "Payload", "header_block", "payload_size", "subject_bytes"]
+
+# A message body: bytes, or its pieces in order (published without joining them).
+Payload = bytes | tuple[bytes, ...]
+_CRLF = b"\r\n"
 
 _SUBJECT_INVALID = re.compile(r"[ \t\r\n]")  # nats-py's _SUBJECT_INVALID_RE (the publish path's check)
 _HEADER_KEY = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # nats-py's _HEADER_KEY_RE
@@ -40,6 +50,11 @@ def subject_bytes(subject: str) -> bytes:
     if not subject or _SUBJECT_INVALID.search(subject):
         raise errors.BadSubjectError
     return subject.encode()
+
+
+def payload_size(payload: Payload) -> int:
+    """The body's length in bytes, pieces summed."""
+    return len(payload) if isinstance(payload, bytes) else sum(map(len, payload))
 
 
 def header_block(headers: Mapping[str, str]) -> bytes:
@@ -65,21 +80,32 @@ class BufferedPublish:
     def __init__(self, nc: Client) -> None:
         self._nc = nc
 
-    async def publish(self, subject: bytes, payload: bytes, reply: bytes = b"", header: bytes | None = None) -> None:
+    async def publish(self, subject: bytes, payload: Payload, reply: bytes = b"", header: bytes | None = None) -> None:
         nc = self._nc
-        size = len(payload)
+        size = payload_size(payload)
         if nc._status != Client.CONNECTED:
             self._check_not_connected(size)
         if size > nc._max_payload:
             raise errors.MaxPayloadError
-        if header is None:
-            cmd = b"PUB %b %b %d\r\n%b\r\n" % (subject, reply, size, payload)
-        else:
-            cmd = b"HPUB %b %b %d %d\r\n%b%b\r\n" % (subject, reply, len(header), len(header) + size, header, payload)
         stats = nc.stats
         stats["out_msgs"] += 1
         stats["out_bytes"] += size
-        await nc._send_command(cmd)
+        if isinstance(payload, bytes):
+            if header is None:
+                cmd = b"PUB %b %b %d\r\n%b\r\n" % (subject, reply, size, payload)
+            else:
+                cmd = b"HPUB %b %b %d %d\r\n%b%b\r\n" % (subject, reply, len(header), len(header) + size, header, payload)
+            await nc._send_command(cmd)
+        else:
+            if header is None:
+                line = b"PUB %b %b %d\r\n" % (subject, reply, size)
+            else:
+                line = b"HPUB %b %b %d %d\r\n%b" % (subject, reply, len(header), len(header) + size, header)
+            # One extend, no await between the pieces: nothing else can enter the buffer among them.
+            nc._pending.extend((line, *payload, _CRLF))
+            nc._pending_data_size += len(line) + size + 2
+            if nc._max_pending_size > 0 and nc._pending_data_size > nc._max_pending_size:
+                await nc._flush_pending(force_flush=True)  # as ``_send_command`` does
         flush_queue = nc._flush_queue
         if flush_queue is not None and flush_queue.empty():
             await nc._flush_pending()

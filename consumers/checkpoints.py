@@ -21,6 +21,7 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Protocol
 
+from consumers.buffered_publish import Payload, payload_size
 from consumers.deadline import Deadline
 from consumers.publisher import KeptAck
 
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 class CheckpointPublisher(Protocol):
     """Sends checkpoints; their acks are ``KeptAck``s, which a cancelled wait leaves for the next one."""
 
-    async def send_checkpoint(self, session_id: str, payload: bytes, expected_last_seq: int | None) -> KeptAck: ...
+    async def send_checkpoint(self, session_id: str, payload: Payload, expected_last_seq: int | None) -> KeptAck: ...
 
     async def checkpoint_acked(
         self, session_id: str, acked: KeptAck, expected_last_seq: int | None, deadline: Deadline | None = None
@@ -63,13 +64,13 @@ class CheckpointChain:
         self.seq = seq
         self.version = version
 
-    async def publish(self, payload: bytes, *, barrier: bool = False, version: int | None = None) -> None:
-        """Send ``payload`` (a snapshot of state version ``version``) fenced on the previous checkpoint
-        (whose ack is awaited first)."""
+    async def publish(self, payload: Payload, *, barrier: bool = False, version: int | None = None) -> None:
+        """Send ``payload`` (a snapshot of state version ``version``, bytes or its pieces) fenced on the
+        previous checkpoint (whose ack is awaited first)."""
         await self.settle()
         acked = await self._pub.send_checkpoint(self._session_id, payload, self.seq)
         if self._metrics is not None:
-            self._metrics.checkpoint_bytes.observe(len(payload))
+            self._metrics.checkpoint_bytes.observe(payload_size(payload))
             self._sent_at = time.monotonic()
         self._inflight = (acked, self.seq, version)
         if barrier:

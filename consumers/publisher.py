@@ -13,7 +13,7 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.errors import APIError, NoStreamResponseError, NotFoundError
 
-from consumers.buffered_publish import BufferedPublish, header_block, subject_bytes
+from consumers.buffered_publish import BufferedPublish, Payload, header_block, subject_bytes
 from consumers.dead_letters import dead_letter_payload
 from consumers.deadline import Deadline
 from consumers.inline_delivery import subscribe_inline
@@ -164,7 +164,7 @@ class StreamAcks:
         await self.send_to(None, subject, payload, header, log_failure=True)
 
     async def send_to(
-        self, waiter: AckWaiter | None, subject: str, payload: bytes, header: bytes | None = None,
+        self, waiter: AckWaiter | None, subject: str, payload: Payload, header: bytes | None = None,
         *, log_failure: bool = False,
     ) -> None:
         """``send`` whose ack resolves ``waiter`` (a future, a ``KeptAck``, or None: nobody waits)."""
@@ -328,7 +328,7 @@ class Publisher:
                 ok = False
         return ok
 
-    async def send_checkpoint(self, session_id: str, payload: bytes, expected_last_seq: int | None) -> KeptAck:
+    async def send_checkpoint(self, session_id: str, payload: Payload, expected_last_seq: int | None) -> KeptAck:
         """Send a checkpoint fenced on ``expected_last_seq``; ``checkpoint_acked`` awaits its ack."""
         header = None if expected_last_seq is None else FENCE_HEADER % expected_last_seq
         acked = KeptAck()

@@ -326,8 +326,9 @@ class TurnRunner:
             })
             # Sent now, fenced on the previous checkpoint; its ack is awaited before the next
             # one, a tool call, a reply or the end of the item (consumers/checkpoints.py).
+            # In pieces: the snapshot (hundreds of kB in a long session) is not copied into one payload.
             await self._checkpoints.publish(
-                b"".join((envelope[:-1], b',"snapshot":', snapshot.raw, b"}")), barrier=step in BARRIER_STEPS,
+                (envelope[:-1], b',"snapshot":', snapshot.raw, b"}"), barrier=step in BARRIER_STEPS,
                 version=snapshot.state_version,
             )
             self._version_seen = snapshot.state_version

@@ -109,3 +109,45 @@ def test_the_nats_py_internals_it_writes_through_are_there() -> None:
     for name in ("_send_command", "_flush_pending"):
         assert asyncio.iscoroutinefunction(getattr(nc, name)), name
     assert {"out_msgs", "out_bytes"} <= set(nc.stats)
+
+
+PIECES = (b'{"session_id":"s-1","at":1.5', b',"snapshot":', b'{"text": "\xc3\xbc \\" q"}' * 5_000, b"}")
+
+
+@pytest.mark.parametrize("headers", HEADERS[:3])
+async def test_a_payload_in_pieces_is_the_command_of_the_joined_payload(nc: Client, headers: dict[str, str] | None) -> None:
+    # A checkpoint is published as its envelope's pieces around the snapshot, never joined by us.
+    sent = _capture(nc)
+    subject, reply = "turnstile.checkpoint.tg:group~2042", "_INBOX.abc.17"
+    await nc.publish(subject, b"".join(PIECES), reply=reply, headers=headers)
+    stats = dict(nc.stats)
+    size_before = nc._pending_data_size
+    await BufferedPublish(nc).publish(
+        subject_bytes(subject), PIECES, reply.encode(), header_block(headers) if headers is not None else None
+    )
+    queued = nc._pending[-(len(PIECES) + 2):]
+    assert b"".join(queued) == sent[0]
+    assert any(piece is PIECES[2] for piece in queued), "the snapshot piece was copied"
+    assert nc._pending_data_size == size_before + len(sent[0])
+    assert nc.stats["out_msgs"] == stats["out_msgs"] + 1
+    assert nc.stats["out_bytes"] == stats["out_bytes"] + len(b"".join(PIECES))
+
+
+async def test_a_payload_in_pieces_arrives_whole_and_is_refused_over_max_payload(nc: Client) -> None:
+    subject = f"bp.{uuid.uuid4().hex[:8]}"
+    got: asyncio.Queue[Msg] = asyncio.Queue()
+    reader = await nats.connect(nc.connected_url.geturl() if nc.connected_url else "")
+    try:
+        await reader.subscribe(subject, cb=got.put)
+        await reader.flush()
+        wire = BufferedPublish(nc)
+        await wire.publish(subject_bytes(subject), PIECES, b"_INBOX.r.2", header_block({"Nats-Msg-Id": "a:b:2"}))
+        await wire.publish(subject_bytes(subject), (b"first", b"", b"-last"))
+        whole = await asyncio.wait_for(got.get(), 5)
+        short = await asyncio.wait_for(got.get(), 5)
+        with pytest.raises(errors.MaxPayloadError):
+            await wire.publish(subject_bytes(subject), (b"x" * nc.max_payload, b"y"))
+    finally:
+        await reader.close()
+    assert (whole.reply, whole.data, whole.headers) == ("_INBOX.r.2", b"".join(PIECES), {"Nats-Msg-Id": "a:b:2"})
+    assert short.data == b"first-last"
