@@ -7,7 +7,9 @@ when a nats-py release changes what ``Client.publish`` sends or the internals it
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
+from collections.abc import AsyncIterator
 
 import nats
 import pytest
@@ -60,20 +62,27 @@ def test_the_fence_header_is_the_block_nats_py_would_build() -> None:
     assert FENCE_HEADER % 4711 == header_block({"Nats-Expected-Last-Subject-Sequence": "4711"})
 
 
-async def test_a_subscriber_sees_the_same_message_and_the_buffer_is_flushed(nc: Client) -> None:
-    subject = f"bp.{uuid.uuid4().hex[:8]}"
+@contextlib.asynccontextmanager
+async def _reader(nc: Client, subject: str) -> AsyncIterator[asyncio.Queue[Msg]]:
+    """What a second connection subscribed to ``subject`` receives."""
     got: asyncio.Queue[Msg] = asyncio.Queue()
     reader = await nats.connect(nc.connected_url.geturl() if nc.connected_url else "")
     try:
         await reader.subscribe(subject, cb=got.put)
         await reader.flush()
+        yield got
+    finally:
+        await reader.close()
+
+
+async def test_a_subscriber_sees_the_same_message_and_the_buffer_is_flushed(nc: Client) -> None:
+    subject = f"bp.{uuid.uuid4().hex[:8]}"
+    async with _reader(nc, subject) as got:
         wire = BufferedPublish(nc)
         await wire.publish(subject_bytes(subject), b"plain")  # no flush: the client's flusher writes it
         await wire.publish(subject_bytes(subject), b"with", b"_INBOX.r.1", header_block({"Nats-Msg-Id": "a:b:1"}))
         plain = await asyncio.wait_for(got.get(), 5)
         headed = await asyncio.wait_for(got.get(), 5)
-    finally:
-        await reader.close()
     assert (plain.subject, plain.reply, plain.data, plain.headers) == (subject, "", b"plain", None)
     assert (headed.subject, headed.reply, headed.data, headed.headers) == (
         subject, "_INBOX.r.1", b"with", {"Nats-Msg-Id": "a:b:1"},
@@ -135,11 +144,7 @@ async def test_a_payload_in_pieces_is_the_command_of_the_joined_payload(nc: Clie
 
 async def test_a_payload_in_pieces_arrives_whole_and_is_refused_over_max_payload(nc: Client) -> None:
     subject = f"bp.{uuid.uuid4().hex[:8]}"
-    got: asyncio.Queue[Msg] = asyncio.Queue()
-    reader = await nats.connect(nc.connected_url.geturl() if nc.connected_url else "")
-    try:
-        await reader.subscribe(subject, cb=got.put)
-        await reader.flush()
+    async with _reader(nc, subject) as got:
         wire = BufferedPublish(nc)
         await wire.publish(subject_bytes(subject), PIECES, b"_INBOX.r.2", header_block({"Nats-Msg-Id": "a:b:2"}))
         await wire.publish(subject_bytes(subject), (b"first", b"", b"-last"))
@@ -147,7 +152,5 @@ async def test_a_payload_in_pieces_arrives_whole_and_is_refused_over_max_payload
         short = await asyncio.wait_for(got.get(), 5)
         with pytest.raises(errors.MaxPayloadError):
             await wire.publish(subject_bytes(subject), (b"x" * nc.max_payload, b"y"))
-    finally:
-        await reader.close()
     assert (whole.reply, whole.data, whole.headers) == ("_INBOX.r.2", b"".join(PIECES), {"Nats-Msg-Id": "a:b:2"})
     assert short.data == b"first-last"
