@@ -16,12 +16,13 @@ from nats.js.errors import NotFoundError
 
 from bench.baseline import baseline_settings
 from bench.common import Child, LatencyStats, ProcessMeter, delete_streams, file_bytes, stream_states, wait_until
-from bench.driver import Driver, Meters, StoredBytesCounter, message_plan, session_ids
+from bench.driver import CheckpointBytesMetric, Driver, Meters, message_plan, session_ids
 from bench.langgraph_nats_peer import peer_settings
 from bench.pg import commits, database_bytes, fresh_database, pg_url
 from bench.profiles import Profile
 from bench.shape import PublishShape, StreamShape, measure_shape
 from bench.turnstile_load import ServiceConfig, new_prefix, start_baseline, start_floor, start_peer, start_service
+from consumers.nats_server import free_port
 from consumers.settings import Settings
 from consumers.streams import ensure_streams
 from schemas.subjects import Subjects
@@ -99,8 +100,8 @@ async def _turnstile_load(ctx: BenchContext, sessions: int, turn: str, db_env: d
     text = TURN_TEXTS[turn]
     driver = Driver(ctx.nc, subjects, Meters(ctx.server_meter, ctx.server_meter))
     await driver.attach()
-    counter = StoredBytesCounter()
-    await counter.attach(ctx.nc, subjects.checkpoint_all)
+    port = free_port()
+    counter = CheckpointBytesMetric(f"http://127.0.0.1:{port}/metrics", len(subjects.checkpoint(sids[0])))
     child: Child | None = None
     worker = "turnstile/pg" if db_env else "turnstile"
     out: dict[str, Any] = {"worker": worker, "turn": turn, "sessions": sessions}
@@ -108,7 +109,7 @@ async def _turnstile_load(ctx: BenchContext, sessions: int, turn: str, db_env: d
         before = await stream_states(ctx.js, subjects)
         backlog = p.drain_count(sessions, turn)
         await driver.preload(message_plan(sids, backlog, text))
-        config = ServiceConfig(ctx.nats_url, prefix, ctx.work / f"{prefix}.db", db_env)
+        config = ServiceConfig(ctx.nats_url, prefix, ctx.work / f"{prefix}.db", {**(db_env or {}), "TURNSTILE_HTTP_PORT": str(port)})
         child = await start_service(config, ctx.work / f"{prefix}.log")
         out["pid"] = child.pid
         driver.timer.meters = Meters(child.meter, ctx.server_meter)
@@ -116,16 +117,16 @@ async def _turnstile_load(ctx: BenchContext, sessions: int, turn: str, db_env: d
         drain = await driver.measure_drain(sessions, p.drain_timeout_s(backlog))
         mid = await stream_states(ctx.js, subjects)
         await ctx.nc.flush()
-        seen_mid = counter.snapshot()
+        seen_mid = await counter.snapshot()
         out["drain"] = drain.as_dict()
-        out["drain_shape"] = measure_shape(before, mid, seen_mid).as_dict()
+        out["drain_shape"] = measure_shape(before, mid, seen_mid).as_dict()  # the histogram counts from the start
         out["rss_bytes_after_drain"] = child.meter.rss_bytes()
         paced = await driver.paced(
             message_plan(sids, p.paced_count(sessions, turn), text), p.paced_rate_per_s, sessions, p.reply_timeout_s
         )
         after = await stream_states(ctx.js, subjects)
         await ctx.nc.flush()
-        seen = counter.snapshot()
+        seen = await counter.snapshot()
         out["paced"] = paced.as_dict()
         out["paced_shape"] = measure_shape(mid, after, (seen[0] - seen_mid[0], seen[1] - seen_mid[1])).as_dict()
         out["rss_bytes"] = child.meter.rss_bytes()
@@ -137,7 +138,6 @@ async def _turnstile_load(ctx: BenchContext, sessions: int, turn: str, db_env: d
         if child is not None:
             await child.stop()
         await driver.detach()
-        await counter.detach()
         await delete_streams(ctx.js, subjects)
     return out
 

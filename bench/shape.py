@@ -55,7 +55,7 @@ def measure_shape(
 ) -> PublishShape:
     """The shape of the work done between two stream-state snapshots of one prefix.
 
-    ``checkpoint_seen`` = (records, stored bytes) counted by a subscriber over the same
+    ``checkpoint_seen`` = (records, stored bytes) counted over the same
     window; it replaces the kept-bytes mean, which the per-subject limit biases upwards.
     """
     inbound = after["inbound"].last_seq - before["inbound"].last_seq
