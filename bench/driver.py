@@ -25,6 +25,7 @@ from nats.aio.msg import Msg
 
 from bench.common import LatencyStats, ProcessMeter, wait_until
 from bench.shape import STORE_HEADER_OVERHEAD, STORE_RECORD_OVERHEAD
+from consumers.publisher import FENCE_HEADER
 from schemas.subjects import Subjects
 
 PLATFORM = "cli"
@@ -114,8 +115,8 @@ class ReplyTimer:
         return len(self.got) >= self.expected
 
 
-# The fence header a checkpoint after a session's first carries (consumers/publisher.py), for a 4-digit sequence.
-FENCED_HEADER_BYTES = len(b"NATS/1.0\r\nNats-Expected-Last-Subject-Sequence: 1234\r\n\r\n")
+# The fence header a checkpoint after a session's first carries, for a 4-digit sequence.
+FENCED_HEADER_BYTES = len(FENCE_HEADER % 1234)
 
 
 def checkpoint_bytes_metric(text: str) -> tuple[int, float]:
@@ -153,7 +154,8 @@ class CheckpointBytesMetric:
 
     def _read(self) -> str:
         with urllib.request.urlopen(self.metrics_url, timeout=10) as response:
-            return str(response.read().decode())
+            body: bytes = response.read()
+            return body.decode()
 
 
 class Driver:

@@ -90,17 +90,13 @@ class BufferedPublish:
         stats = nc.stats
         stats["out_msgs"] += 1
         stats["out_bytes"] += size
-        if isinstance(payload, bytes):
-            if header is None:
-                cmd = b"PUB %b %b %d\r\n%b\r\n" % (subject, reply, size, payload)
-            else:
-                cmd = b"HPUB %b %b %d %d\r\n%b%b\r\n" % (subject, reply, len(header), len(header) + size, header, payload)
-            await nc._send_command(cmd)
+        if header is None:
+            line = b"PUB %b %b %d\r\n" % (subject, reply, size)
         else:
-            if header is None:
-                line = b"PUB %b %b %d\r\n" % (subject, reply, size)
-            else:
-                line = b"HPUB %b %b %d %d\r\n%b" % (subject, reply, len(header), len(header) + size, header)
+            line = b"HPUB %b %b %d %d\r\n%b" % (subject, reply, len(header), len(header) + size, header)
+        if isinstance(payload, bytes):
+            await nc._send_command(b"%b%b\r\n" % (line, payload))
+        else:
             # One extend, no await between the pieces: nothing else can enter the buffer among them.
             nc._pending.extend((line, *payload, _CRLF))
             nc._pending_data_size += len(line) + size + 2

@@ -6,7 +6,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
-from bench.driver import FENCED_HEADER_BYTES, CheckpointBytesMetric, checkpoint_bytes_metric
+from bench.driver import CheckpointBytesMetric, checkpoint_bytes_metric
 from bench.shape import STORE_HEADER_OVERHEAD, STORE_RECORD_OVERHEAD
 from consumers.publisher import FENCE_HEADER
 
@@ -31,4 +31,3 @@ async def test_a_fenced_record_is_sized_as_the_file_store_keeps_it(monkeypatch: 
     monkeypatch.setattr(metric, "_read", lambda: exposition)
     record = STORE_RECORD_OVERHEAD + len(subject) + STORE_HEADER_OVERHEAD + len(FENCE_HEADER % 1234)
     assert await metric.snapshot() == (2, 230_000 + 2 * record)
-    assert len(FENCE_HEADER % 1234) == FENCED_HEADER_BYTES, "the service's fence header changed"
