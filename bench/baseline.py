@@ -24,6 +24,7 @@ from nats.js.errors import APIError
 
 from bench.shape import PublishShape, Spreader, payload_size
 from bench.worker_link import open_worker
+from consumers.nats_flush import flush
 from consumers.settings import Settings
 from schemas.tokens import encode_sid
 
@@ -65,7 +66,7 @@ async def run(nats_url: str, prefix: str, shape: PublishShape, max_s: float) -> 
     out_size = payload_size(out.stored_bytes_per_msg, subjects.outbound("cli", "bench-00000000-0"), msg_id_header)
     # Drain measurements start when the bench says go, so the backlog's clock starts with the loop.
     go = await nc.subscribe(f"{prefix}.bench.go")
-    await nc.flush()
+    await flush(nc)
     print(READY, flush=True)
     go_msg = asyncio.ensure_future(go.next_msg(timeout=max_s))
     stopped = asyncio.ensure_future(stop.wait())

@@ -25,6 +25,7 @@ from nats.aio.msg import Msg
 
 from bench.common import LatencyStats, ProcessMeter, wait_until
 from bench.shape import STORE_HEADER_OVERHEAD, STORE_RECORD_OVERHEAD
+from consumers.nats_flush import flush
 from consumers.publisher import FENCE_HEADER
 from schemas.subjects import Subjects
 
@@ -178,7 +179,7 @@ class Driver:
         self._sub = await self._reply_nc.subscribe(
             self.subjects.outbound_all, cb=self.timer.on_reply, pending_msgs_limit=10_000_000
         )
-        await self._reply_nc.flush()
+        await flush(self._reply_nc)
 
     async def detach(self) -> None:
         if self._sub is not None:

@@ -49,6 +49,7 @@ from nats.js.errors import APIError, NotFoundError
 from bench.baseline import MAX_RETRIES, RETRY_DELAY_S, TOO_MANY_REQUESTS, baseline_settings
 from bench.shape import PublishShape, Spreader, payload_size
 from bench.worker_link import open_worker
+from consumers.nats_flush import flush
 from consumers.settings import Settings
 from core.store.db import SQLITE_BUSY_TIMEOUT_MS
 from schemas.subjects import Subjects
@@ -249,7 +250,7 @@ class Floor:
 
 async def _wait_for_go(nc: Any, prefix: str, stop: asyncio.Event, max_s: float) -> None:
     go = await nc.subscribe(f"{prefix}.bench.go")
-    await nc.flush()
+    await flush(nc)
     print(READY, flush=True)
     go_msg = asyncio.ensure_future(go.next_msg(timeout=max_s))
     stopped = asyncio.ensure_future(stop.wait())

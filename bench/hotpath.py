@@ -44,6 +44,7 @@ from bench.driver import Driver, Meters, message_plan, session_ids
 from bench.pg import fresh_database, pg_url
 from bench.scenarios import plain_text
 from bench.turnstile_load import READY_MARKER, READY_TIMEOUT_S, ServiceConfig, new_prefix
+from consumers.nats_flush import flush
 from consumers.nats_server import NatsServer
 from consumers.settings import Settings
 from consumers.streams import ensure_streams
@@ -187,7 +188,7 @@ async def _measure(
     tally = SubjectTally(prefix)
     for subject in (f"{prefix}.>", "$JS.API.>", "$JS.ACK.>"):
         await tap.subscribe(subject, cb=tally.on_msg, pending_msgs_limit=10_000_000, pending_bytes_limit=2**34)
-    await tap.flush()
+    await flush(tap)
     pstats_path = work / "service.pstats"
     config = ServiceConfig(server.url, prefix, work / f"{prefix}.db", db_env)
     env = {**config.env(), "BENCH_PROFILE_OUT": str(pstats_path)}
@@ -211,7 +212,7 @@ async def _measure(
         wall = time.perf_counter() - t0
         cpu1, (main1, other1), srv1 = child.meter.cpu_s(), _thread_cpu(child.pid), server_meter.cpu_s()
         await asyncio.sleep(0.5)  # the last checkpoints and acks after the last reply (a bound, not a wait for a result)
-        await tap.flush()
+        await flush(tap)
         tally.active = False
         os.kill(child.pid, signal.SIGUSR2)
         if not await wait_until(lambda: Path(str(pstats_path) + ".json").exists(), 60, 0.1):

@@ -32,6 +32,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from bench.baseline import publish
 from bench.worker_link import open_worker
+from consumers.nats_flush import flush
 from consumers.settings import Settings
 
 READY = "peer ready"
@@ -92,7 +93,7 @@ async def run(nats_url: str, prefix: str, pg_url: str, max_s: float) -> None:
             )
 
         go = await nc.subscribe(f"{prefix}.bench.go")
-        await nc.flush()
+        await flush(nc)
         print(READY, flush=True)
         go_msg = asyncio.ensure_future(go.next_msg(timeout=max_s))
         stopped = asyncio.ensure_future(stop.wait())

@@ -22,6 +22,7 @@ from bench.pg import commits, database_bytes, fresh_database, pg_url
 from bench.profiles import Profile
 from bench.shape import PublishShape, StreamShape, measure_shape
 from bench.turnstile_load import ServiceConfig, new_prefix, start_baseline, start_floor, start_peer, start_service
+from consumers.nats_flush import flush
 from consumers.nats_server import free_port
 from consumers.settings import Settings
 from consumers.streams import ensure_streams
@@ -116,7 +117,7 @@ async def _turnstile_load(ctx: BenchContext, sessions: int, turn: str, db_env: d
         driver.open_window()
         drain = await driver.measure_drain(sessions, p.drain_timeout_s(backlog))
         mid = await stream_states(ctx.js, subjects)
-        await ctx.nc.flush()
+        await flush(ctx.nc)
         seen_mid = await counter.snapshot()
         out["drain"] = drain.as_dict()
         out["drain_shape"] = measure_shape(before, mid, seen_mid).as_dict()  # the histogram counts from the start
@@ -125,7 +126,7 @@ async def _turnstile_load(ctx: BenchContext, sessions: int, turn: str, db_env: d
             message_plan(sids, p.paced_count(sessions, turn), text), p.paced_rate_per_s, sessions, p.reply_timeout_s
         )
         after = await stream_states(ctx.js, subjects)
-        await ctx.nc.flush()
+        await flush(ctx.nc)
         seen = await counter.snapshot()
         out["paced"] = paced.as_dict()
         out["paced_shape"] = measure_shape(mid, after, (seen[0] - seen_mid[0], seen[1] - seen_mid[1])).as_dict()

@@ -58,6 +58,7 @@ from bench.common import ROOT, Child, ProcessMeter, delete_streams, wait_until
 from bench.driver import Driver, Meters, message_plan, session_ids
 from bench.shape import PublishShape, StreamShape
 from bench.turnstile_load import READY_MARKER, READY_TIMEOUT_S, ServiceConfig, new_prefix, start_floor
+from consumers.nats_flush import flush
 from consumers.nats_server import NatsServer
 from consumers.settings import Settings
 from consumers.streams import ensure_streams
@@ -234,7 +235,7 @@ async def _measure(
 
     for subject in (f"{prefix}.>", f"$JS.ACK.{subjects.inbound_stream}.>"):
         await tap.subscribe(subject, cb=on_msg, pending_msgs_limit=10_000_000, pending_bytes_limit=2**34)
-    await tap.flush()
+    await flush(tap)
     log_path = work / "service.counters"
     if worker == "floor":
         child = await start_floor(server.url, prefix, orjson.dumps(floor_shape(checkpoint_bytes).as_dict()).decode(), work / "floor.log", 600)
@@ -266,7 +267,7 @@ async def _measure(
         active = True
         paced = await driver.paced(message_plan(sids, messages, plain_text), rate, 1, 60)
         await asyncio.sleep(0.5)  # the last message's events and marks after its reply (a bound, not a wait for a result)
-        await tap.flush()
+        await flush(tap)
         active = False
         if worker != "floor":
             os.kill(child.pid, signal.SIGUSR2)

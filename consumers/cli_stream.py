@@ -24,6 +24,7 @@ from consumers.cli_support import (
     until_stopped,
 )
 from consumers.cli_time import parse_since
+from consumers.nats_flush import flush
 from schemas.tokens import decode_sid, encode_sid
 
 if TYPE_CHECKING:
@@ -81,7 +82,7 @@ async def _send(cli: Cli, platform: str, session_id: str, text: str, timeout_s: 
     async with connected(cli) as nc:
         outbound = await nc.subscribe(subjects.outbound(platform, session_id), cb=collect)
         events = await nc.subscribe(subjects.events_of(session_id), cb=collect)
-        await nc.flush()
+        await flush(nc)
         msg_id = uuid.uuid4().hex
         body = {"id": msg_id, "session_id": session_id, "platform": platform, "text": text}
         await nc.jetstream().publish(inbound_subject, orjson.dumps(body), headers={"Nats-Msg-Id": msg_id})
@@ -175,7 +176,7 @@ async def _tail(cli: Cli, session_id: str | None) -> int:
     async with connected(cli, lost) as nc:
         for subject in watched:
             await nc.subscribe(subject, cb=show)
-        await nc.flush()
+        await flush(nc)
         err(f"following {', '.join(watched)} (Ctrl-C stops)")
         await until_stopped(lost.wait())
         was_lost = lost.is_set()  # leaving the block closes the connection and sets it too

@@ -23,6 +23,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from consumers.inspector_replies import Handler, error_response, session_id_of
+from consumers.nats_flush import flush
 from consumers.process_view import ProcessView
 from core.errors import InvalidInput, Unavailable
 
@@ -102,7 +103,7 @@ class LiveStream:
             "Content-Type": "text/event-stream", "Cache-Control": "no-store", "X-Accel-Buffering": "no",
         })
         try:
-            await self._nc.flush()
+            await flush(self._nc)
             await response.prepare(request)
             await response.write(b": connected\n\n")
             await self._pump(response)

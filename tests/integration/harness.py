@@ -9,6 +9,7 @@ import orjson
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
+from consumers.nats_flush import flush
 from schemas.subjects import Subjects
 from tests.waiting import DEFAULT_TIMEOUT_S, wait_for  # noqa: F401 - re-exported for the integration tests
 
@@ -24,7 +25,7 @@ class Collector:
             self.messages.append(msg)
 
         await nc.subscribe(subject, cb=_cb)
-        await nc.flush()
+        await flush(nc)
         return self
 
     def json(self) -> list[dict[str, Any]]:

@@ -8,6 +8,7 @@ from typing import Any
 import orjson
 from nats.aio.client import Client
 
+from consumers.nats_flush import flush
 from consumers.service import TurnstileService
 from schemas.subjects import Subjects
 from tests.integration.harness import Collector, api, inbound, publish_inbound, wait_for
@@ -18,7 +19,7 @@ async def request_collecting(nc: Client, subject: str, body: bytes) -> Collector
     inbox = nc.new_inbox()
     replies = await Collector().attach(nc, inbox)
     await nc.publish(subject, body, reply=inbox)
-    await nc.flush()
+    await flush(nc)
     return replies
 
 

@@ -18,6 +18,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from consumers.buffered_publish import BufferedPublish, header_block, subject_bytes
+from consumers.nats_flush import flush
 from consumers.publisher import FENCE_HEADER
 
 HEADERS: list[dict[str, str] | None] = [
@@ -69,7 +70,7 @@ async def _reader(nc: Client, subject: str) -> AsyncIterator[asyncio.Queue[Msg]]
     reader = await nats.connect(nc.connected_url.geturl() if nc.connected_url else "")
     try:
         await reader.subscribe(subject, cb=got.put)
-        await reader.flush()
+        await flush(reader)
         yield got
     finally:
         await reader.close()

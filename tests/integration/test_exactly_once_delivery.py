@@ -20,6 +20,7 @@ from nats.js.errors import NotFoundError
 from sqlalchemy import select
 
 from consumers import message_finisher as finisher
+from consumers.nats_flush import flush
 from consumers.service import TurnstileService
 from consumers.settings import Settings
 from core.store.db import create_db_engine
@@ -71,7 +72,7 @@ class KillOnReply:
             self.seen.append(msg)
 
         await nc.subscribe(subject, cb=_cb)
-        await nc.flush()
+        await flush(nc)
         return self
 
 

@@ -16,6 +16,7 @@ from nats.js.api import AckPolicy, ConsumerConfig
 
 from consumers import inbound_pull
 from consumers.inbound_pull import InboundPull, PullRefused
+from consumers.nats_flush import flush
 from tests.loop_counts import TaskCount
 from tests.waiting import wait_for
 
@@ -31,7 +32,7 @@ class Requests:
             self.bodies.append(orjson.loads(msg.data))
 
         await nc.subscribe(f"$JS.API.CONSUMER.MSG.NEXT.{stream}.reader", cb=seen)
-        await nc.flush()
+        await flush(nc)
         return self
 
 

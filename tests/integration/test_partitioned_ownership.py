@@ -18,6 +18,7 @@ import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
+from consumers.nats_flush import flush
 from consumers.partitions import partition_of
 from consumers.settings import Settings
 from schemas.subjects import Subjects
@@ -250,7 +251,7 @@ async def test_deleting_a_subtree_spread_over_two_workers_answers_nothing_of_it_
     for sid in (parent, child):
         await nc.subscribe(subjects.outbound("cli", sid), cb=record)
         await nc.subscribe(subjects.event(sid, "session.deleted"), cb=record)
-    await nc.flush()
+    await flush(nc)
     await publish_inbound(nc, subjects, inbound(parent, "root"))
     await wait_for(lambda: any(k == "reply" for k, _, _ in seen), timeout_s=30, what="the parent's first reply")
     created = await api(nc, subjects, "session", "create_child", {"parent_id": parent, "fields": {"id": child}})
