@@ -210,9 +210,12 @@ class Driver:
         self.timer.sent[msg_id] = time.perf_counter()
         return msg_id, asyncio.create_task(self._publish(msg_id, data, subject))
 
-    async def preload(self, plan: list[tuple[str, str]]) -> None:
-        """Publish a backlog (before the worker runs), awaiting acks per chunk."""
+    async def preload(self, plan: list[tuple[str, str]], *, open_window: bool = False) -> None:
+        """Publish a backlog (before the worker runs), awaiting acks per chunk. ``open_window``: the
+        workers already run, and the drain window opens at the first publish."""
         self.timer.reset(len(plan))
+        if open_window:
+            self.open_window()
         for start in range(0, len(plan), PUBLISH_CHUNK):
             batch = [self._body(sid, text) for sid, text in plan[start : start + PUBLISH_CHUNK]]
             now = time.perf_counter()
