@@ -15,9 +15,10 @@ internals change.
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 
-from nats import errors
-from nats.aio.client import Client
+if TYPE_CHECKING:  # nats (with aiohttp) costs the CLI ~0.2 s to import: only when a command connects
+    from nats.aio.client import Client
 
 __all__ = ["flush"]
 
@@ -32,5 +33,7 @@ async def flush(nc: Client) -> None:
             async with asyncio.timeout(TIMEOUT_S):
                 await nc._flush_pending(force_flush=True)
         except TimeoutError:
+            from nats import errors
+
             raise errors.FlushTimeoutError from None
     await nc.flush(TIMEOUT_S)
