@@ -4,8 +4,8 @@ nats-py's ``Client.flush`` writes its PING straight to the socket, while ``subsc
 ``publish`` only queue their commands for the connection's flusher task. A PING sent right
 after a ``subscribe`` therefore overtakes the SUB: the PONG comes back, and another
 connection's message published in the next moment can reach the server before the SUB does
-and be lost to it (reproduced on loopback with nats-py 2.15 and 2.16: 26 of 1,000 tries with fresh
-connections, 92 of 1,000 with two long-lived ones).
+and be lost to it (reproduced on loopback with nats-py 2.16, whose ``_send_ping`` is 2.15's: 26 of
+1,000 tries with fresh connections, 92 of 1,000 with two long-lived ones).
 
 ``flush`` here first waits for the flusher to write what is queued (nats-py's own
 ``_flush_pending(force_flush=True)``, the path ``publish`` takes when its buffer is full),
