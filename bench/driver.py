@@ -22,6 +22,7 @@ import nats
 import orjson
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from prometheus_client.parser import text_string_to_metric_families
 
 from bench.common import LatencyStats, ProcessMeter, wait_until
 from bench.shape import STORE_HEADER_OVERHEAD, STORE_RECORD_OVERHEAD
@@ -122,14 +123,8 @@ FENCED_HEADER_BYTES = len(FENCE_HEADER % 1234)
 
 def checkpoint_bytes_metric(text: str) -> tuple[int, float]:
     """(count, sum) of the ``turnstile_checkpoint_bytes`` histogram in a Prometheus text exposition."""
-    count, total = 0, 0.0
-    for line in text.splitlines():
-        name, _, value = line.partition(" ")
-        if name == "turnstile_checkpoint_bytes_count":
-            count = int(float(value))
-        elif name == "turnstile_checkpoint_bytes_sum":
-            total = float(value)
-    return count, total
+    samples = {sample.name: sample.value for family in text_string_to_metric_families(text) for sample in family.samples}
+    return int(samples.get("turnstile_checkpoint_bytes_count", 0)), samples.get("turnstile_checkpoint_bytes_sum", 0.0)
 
 
 class CheckpointBytesMetric:
