@@ -166,8 +166,7 @@ class Driver:
         self._reply_nc: Client | None = None
 
     async def attach(self) -> None:
-        # Replies get a connection of their own: on the shared one, bursts of other copies (the
-        # checkpoint subscriber of earlier versions) could make the server treat us as a slow consumer.
+        # Replies get a connection of their own: nothing else the bench receives can queue ahead of them.
         url = self.nc.connected_url
         assert url is not None
         self._reply_nc = await nats.connect(f"nats://{url.netloc}")
