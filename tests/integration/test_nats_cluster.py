@@ -43,8 +43,9 @@ async def test_an_r3_stream_keeps_every_message_when_its_leader_node_is_killed(n
         await js.add_stream(StreamConfig(name=stream, subjects=[f"{stream}.>"], num_replicas=3))
         before = [f"before-{i}".encode() for i in range(20)]
         # Just after the create the stream's interest may not have reached the node this client is
-        # on yet (seen in CI: "no response from stream" on the first publish), so every publish here
-        # is asked again until acknowledged.
+        # on yet (seen in CI: "no response from stream" on the first publish; nats.go retries a
+        # publish answered by no responders for this, ADR-22, nats-py does not), so every publish
+        # here is asked again until acknowledged.
         for body in before:
             await _publish_until_acked(js, f"{stream}.a", body)
         info = await js.stream_info(stream)
