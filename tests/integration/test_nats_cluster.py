@@ -18,20 +18,22 @@ import consumers.nats_cluster
 import consumers.nats_server
 from consumers.nats_cluster import NatsCluster
 from consumers.nats_server import NatsServer, free_port
+from tests.waiting import wait_for
 
 
 async def _publish_until_acked(js: JetStreamContext, subject: str, body: bytes) -> None:
     """Publish `body` until the stream acknowledges it, for up to 30 s; its message id keeps a
     retried publish that was stored after all from being stored twice."""
-    deadline = asyncio.get_running_loop().time() + 30
-    while True:
+
+    async def acked() -> bool:
         try:
             await js.publish(subject, body, timeout=1, headers={"Nats-Msg-Id": body.decode()})
-            return
         except (nats.errors.TimeoutError, nats.js.errors.Error, nats.errors.NoRespondersError,
                 nats.errors.ConnectionReconnectingError):
-            assert asyncio.get_running_loop().time() < deadline, f"{body!r} was never acknowledged"
-            await asyncio.sleep(0.05)  # a retry interval, not a wait for an outcome
+            return False
+        return True
+
+    await wait_for(acked, timeout_s=30, interval_s=0.05, what=f"{body!r} to be acknowledged")
 
 
 @pytest.mark.timeout(120)
