@@ -189,7 +189,9 @@ def bootstrap(
     subjects = Subjects(s.prefix)
     tz = service_time_zone(s.time_zone)
     broker, js, db = connections.broker, connections.js, connections.db
-    publisher = Publisher(broker.connection, js, subjects, dlq_raw_max_bytes=s.dlq_raw_max_bytes)
+    publisher = Publisher(
+        broker.connection, js, subjects, dlq_raw_max_bytes=s.dlq_raw_max_bytes, retried=metrics.publish_retries.inc
+    )
     committer = GroupCommitter(db, sqlite_synchronous=s.sqlite_synchronous, lazy_wait_s=s.lazy_write_wait_s)
     inbox = SqlInbox(db, committer)
 

@@ -73,6 +73,11 @@ class Metrics:
             "turnstile_checkpoint_publish_seconds", "checkpoint sent to its ack awaited", buckets=PUBLISH_BUCKETS,
             registry=r,
         )
+        self.publish_retries = Counter(
+            "turnstile_publish_retries",
+            "JetStream publishes sent again after their stream answered no responders (electing a leader)",
+            registry=r,
+        )
         # Read at scrape time.
         self.active_actors = Gauge("turnstile_active_actors", "session actors alive", registry=r)
         self.mailbox_depth = Gauge("turnstile_mailbox_depth", "items waiting in session mailboxes", registry=r)

@@ -6,6 +6,7 @@ import asyncio
 import functools
 import logging
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import orjson
@@ -30,6 +31,11 @@ NO_RESPONDERS = "503"
 MAX_CONTROL_LINE_BYTES = 4096
 CONTROL_LINE_RESERVE_BYTES = 64
 SWEEP_MIN = 1024  # unanswered acks kept before the given-up ones are swept
+# A publish answered "no responders" (its stream has no leader for a moment: an election after a
+# node died or stepped down) is sent again after 0.25 s, then 0.5 s, then every 1 s (nats.go
+# waits 250 ms between such retries, ADR-22).
+RETRY_FIRST_WAIT_S = 0.25
+RETRY_MAX_WAIT_S = 1.0
 # header_block({"Nats-Expected-Last-Subject-Sequence": str(seq)}), formatted with the sequence in one step
 FENCE_HEADER = b"NATS/1.0\r\nNats-Expected-Last-Subject-Sequence: %d\r\n\r\n"
 
@@ -125,18 +131,36 @@ class StreamAcks:
     straight into the connection's buffer (``consumers/buffered_publish.py``), the ack
     parsed with orjson into the stream sequence. Errors are nats-py's own (``APIError``
     with the server's ``err_code``; ``NoStreamResponseError`` when no stream listens).
+
+    A publish answered "no responders" reached no stream, so nothing was stored: it is sent
+    again, with the same reply token, until it is stored or ``retry_s`` has passed since the
+    first such answer (then it fails with ``NoStreamResponseError``), or until its waiter
+    gives up. A stream electing a leader (a node killed: seconds; a leader stepping down:
+    tens of milliseconds) then delays its publishes instead of failing them, as nats.go's
+    publish does. A retried publish keeps its place for ``stored_so_far``; a publish to
+    the same stream sent after it may be stored before it.
     """
 
-    def __init__(self, nc: Client) -> None:
+    def __init__(self, nc: Client, *, retry_s: float = 10.0, retried: Callable[[], None] | None = None) -> None:
         self._nc = nc
         self.wire = BufferedPublish(nc)
         self._prefix = b""
         self._next = 0
-        # token -> (the future of its ack, or None when nobody waits for it; log a refusal)
-        self._waiting: dict[int, tuple[AckWaiter | None, bool]] = {}
+        # token -> (the future of its ack, or None when nobody waits for it; log a refusal; and
+        # what was sent: subject, payload, header, kept for a retry)
+        self._waiting: dict[int, tuple[AckWaiter | None, bool, bytes, Payload, bytes | None]] = {}
+        self._retry_s = retry_s
+        self._retried = retried
+        # token -> (when its retries end, the next wait): publishes answered "no responders"
+        self._retrying: dict[int, tuple[float, float]] = {}
         self._sweep_at = SWEEP_MIN
         # (token, future): resolved once no publish with a token up to ``token`` awaits its ack
         self._barriers: list[tuple[int, asyncio.Future[None]]] = []
+
+    @property
+    def retrying(self) -> int:
+        """Publishes answered "no responders" and not yet stored, each waiting to be sent again."""
+        return len(self._retrying)
 
     async def _ensure_inbox(self) -> None:
         """The ack subscription, made on the first publish."""
@@ -170,7 +194,7 @@ class StreamAcks:
         """``send`` whose ack resolves ``waiter`` (a future, a ``KeptAck``, or None: nobody waits)."""
         if not self._prefix:
             await self._ensure_inbox()
-        subj, reply, token = self._register(subject, waiter, log_failure)
+        subj, reply, token = self._register(subject, waiter, log_failure, payload, header)
         try:
             await self.wire.publish(subj, payload, reply, header)
         except BaseException:
@@ -179,7 +203,9 @@ class StreamAcks:
                 self._pass_barriers()
             raise
 
-    def _register(self, subject: str, waiter: AckWaiter | None, log_failure: bool) -> tuple[bytes, bytes, int]:
+    def _register(
+        self, subject: str, waiter: AckWaiter | None, log_failure: bool, payload: Payload, header: bytes | None
+    ) -> tuple[bytes, bytes, int]:
         """The encoded subject, the reply and the token of the next publish, its ack now awaited.
         SubjectTooLong when the subject would not fit the control line."""
         subj = subject_bytes(subject)
@@ -192,13 +218,14 @@ class StreamAcks:
             self._sweep()
         # No done-callbacks on the hot path (each costs a loop callback when the ack lands): the
         # ack handler forgets the token; a future given up on (cancelled) is swept later.
-        self._waiting[token] = (waiter, log_failure)
+        self._waiting[token] = (waiter, log_failure, subj, payload, header)
         return subj, reply, token
 
     def _sweep(self) -> None:
         """Forget acks nobody waits for any more (cancelled after a timeout; unwatched ones not
         answered by now: the broker answers a stored publish at once)."""
         self._waiting = {t: w for t, w in self._waiting.items() if w[0] is not None and not w[0].done()}
+        self._retrying = {t: r for t, r in self._retrying.items() if t in self._waiting}
         self._sweep_at = max(SWEEP_MIN, 2 * len(self._waiting))
         if self._barriers:
             self._pass_barriers()
@@ -242,12 +269,16 @@ class StreamAcks:
             token = int(subject[len(self._prefix):])
         except ValueError:
             return
+        if headers and headers.get("Status") == NO_RESPONDERS and self._retry_later(token):
+            return
         waiting = self._waiting.pop(token, None)
         if waiting is None:
             return
+        if self._retrying:
+            self._retrying.pop(token, None)
         if self._barriers:
             self._pass_barriers()
-        future, log_failure = waiting
+        future, log_failure = waiting[0], waiting[1]
         if future is None:
             if log_failure:
                 self._log_refusal(data, headers)
@@ -269,6 +300,56 @@ class StreamAcks:
                 self._fail(future, exc, log_failure)
         else:
             future.set_result(int(ack.get("seq", 0)))
+
+    def _retry_later(self, token: int) -> bool:
+        """A "no responders" answer to ``token``: schedule its publish again and keep it awaited;
+        False when it is not awaited any more, its waiter gave up, or its retries are over."""
+        waiting = self._waiting.get(token)
+        if waiting is None or (waiting[0] is not None and waiting[0].done()):
+            return False
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        ends, wait = self._retrying.get(token, (now + self._retry_s, RETRY_FIRST_WAIT_S))
+        if now + wait > ends:
+            return False
+        if not self._retrying:
+            log.warning("a stream answered no responders (electing a leader?): its publishes are sent again "
+                        "for up to %.1f s", self._retry_s)
+        self._retrying[token] = (ends, min(wait * 2, RETRY_MAX_WAIT_S))
+        loop.call_later(wait, self._send_again, token)
+        return True
+
+    def _send_again(self, token: int) -> None:
+        """Publish ``token``'s message again (its reply token unchanged), unless it is settled or given up on."""
+        waiting = self._waiting.get(token)
+        if waiting is None:
+            self._retrying.pop(token, None)
+            return
+        if waiting[0] is not None and waiting[0].done():  # its waiter gave up: nothing holds a barrier for it
+            self._waiting.pop(token, None)
+            self._retrying.pop(token, None)
+            if self._barriers:
+                self._pass_barriers()
+            return
+        if self._retried is not None:
+            self._retried()
+        asyncio.get_running_loop().create_task(self._publish_again(token, waiting))
+
+    async def _publish_again(
+        self, token: int, waiting: tuple[AckWaiter | None, bool, bytes, Payload, bytes | None]
+    ) -> None:
+        waiter, log_failure, subj, payload, header = waiting
+        try:
+            await self.wire.publish(subj, payload, b"%b%d" % (self._prefix, token), header)
+        except Exception as exc:  # the connection closed or is draining: fail as a first send would
+            if self._waiting.pop(token, None) is not None:
+                self._retrying.pop(token, None)
+                if self._barriers:
+                    self._pass_barriers()
+                if waiter is None:
+                    log.error("a pipelined publish was not acknowledged: %r", exc)
+                elif not waiter.done():
+                    self._fail(waiter, exc, log_failure)
 
     @staticmethod
     def _log_refusal(data: bytes, headers: dict[str, str] | None) -> None:
@@ -298,14 +379,15 @@ class Publisher:
 
     def __init__(
         self, nc: Client, js: JetStreamContext, subjects: Subjects, timeout_s: float = 10.0,
-        dlq_raw_max_bytes: int = 16_384,
+        dlq_raw_max_bytes: int = 16_384, retried: Callable[[], None] | None = None,
     ) -> None:
+        """``retried``: called each time a publish answered "no responders" is sent again."""
         self.js = js
         self.subjects = subjects
         self.timeout_s = timeout_s
         self.dlq_raw_max_bytes = dlq_raw_max_bytes
         self._nc = nc
-        self._acks = StreamAcks(nc)
+        self._acks = StreamAcks(nc, retry_s=timeout_s, retried=retried)
 
     async def stored_so_far(self) -> bool:
         """Wait until every publish sent so far is answered (``StreamAcks.stored_so_far``); False

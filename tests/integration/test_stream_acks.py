@@ -12,6 +12,7 @@ from nats.js.errors import APIError, NoStreamResponseError
 from consumers.publisher import FENCE_HEADER, WRONG_LAST_SEQUENCE, Publisher, StreamAcks
 from core.errors import CheckpointFailed
 from schemas.subjects import Subjects
+from tests.waiting import wait_for
 
 
 async def test_acks_carry_the_sequence_a_stale_fence_is_refused_and_no_stream_is_an_error(nc: Client) -> None:
@@ -29,9 +30,33 @@ async def test_acks_carry_the_sequence_a_stale_fence_is_refused_and_no_stream_is
     with pytest.raises(APIError) as refused:
         await (await acks.send(f"{name}.a", b"stale", FENCE_HEADER % first))
     assert refused.value.err_code == WRONG_LAST_SEQUENCE
-    with pytest.raises(NoStreamResponseError):
-        await asyncio.wait_for(await acks.send(f"nostream-{uuid.uuid4().hex[:6]}", b"x"), 5)
     await js.delete_stream(name)
+
+
+async def test_a_publish_no_stream_answers_is_sent_again_until_stored_or_its_retry_window_ends(nc: Client) -> None:
+    # A publish answered "no responders" (a stream electing a leader looks like this) is sent again
+    # with its token and stored once the stream answers; the barrier waits for it meanwhile. With no
+    # stream for the whole window it fails with NoStreamResponseError, not a hang.
+    name = f"LATE_{uuid.uuid4().hex[:6]}"
+    js = nc.jetstream()
+    retries: list[int] = []
+    acks = StreamAcks(nc, retried=lambda: retries.append(1))
+    first = await acks.send(f"{name}.a", b"before the stream")
+    unwatched = await acks.send_to(None, f"{name}.b", b"nobody waits")
+    barrier = asyncio.ensure_future(acks.stored_so_far(10.0))
+    await wait_for(lambda: len(retries) >= 2, timeout_s=5, what="both publishes to be sent again")
+    assert not first.done() and not barrier.done()
+    await js.add_stream(name=name, subjects=[f"{name}.>"])
+    assert await asyncio.wait_for(first, 5) in (1, 2)
+    assert await asyncio.wait_for(barrier, 5)
+    state = (await js.stream_info(name)).state
+    assert (state.messages, unwatched) == (2, None)  # each stored once
+    await js.delete_stream(name)
+
+    short = StreamAcks(nc, retry_s=0.6)
+    with pytest.raises(NoStreamResponseError):
+        await asyncio.wait_for(await short.send(f"nostream-{uuid.uuid4().hex[:6]}", b"x"), 5)
+    assert await short.stored_so_far(1.0)  # the failed publish holds no barrier
 
 
 async def test_a_checkpoint_ack_is_kept_when_its_waiter_is_cancelled_and_a_stale_fence_fails(nc: Client) -> None:

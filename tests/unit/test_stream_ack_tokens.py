@@ -88,7 +88,7 @@ async def test_an_unwatched_publish_makes_no_future_and_logs_a_refusal(caplog: p
     acks = StreamAcks(nc)  # type: ignore[arg-type]
     await acks.send_unwatched("a", b"1")
     await acks.send_unwatched("b", b"2")
-    assert all(future is None for future, _ in acks._waiting.values())
+    assert all(entry[0] is None for entry in acks._waiting.values())
     await nc.ack(nc.sent[0], {"stream": "S", "seq": 6})
     with caplog.at_level("ERROR"):
         await nc.ack(nc.sent[1], {"error": {"code": 503, "err_code": 10077, "description": "maximum messages exceeded"}})
