@@ -15,6 +15,7 @@ from consumers.cli_support import (
     EXIT_REFUSED,
     Cli,
     connected,
+    describe,
     err,
     fail,
     out,
@@ -28,6 +29,7 @@ from consumers.nats_flush import flush
 from schemas.tokens import decode_sid, encode_sid
 
 if TYPE_CHECKING:
+    from nats.aio.client import Client
     from nats.aio.msg import Msg
 
 REPLY_GRACE_S = 0.3  # after turn.ended, replies still in flight on the other subject
@@ -68,6 +70,41 @@ def event_summary(event: dict[str, Any]) -> str:
 # -- send ----------------------------------------------------------------------------------
 
 
+async def publish_inbound(cli: Cli, nc: Client, subject: str, payload: bytes, msg_id: str, timeout_s: float) -> None:
+    """Publish an inbound message until its stream stores it. "No responders" while the inbound
+    stream exists, or no ack (a publish in flight when its leader stepped down), is a cluster
+    electing the stream's leader: sent again under the same ``Nats-Msg-Id`` (stored once) after
+    0.25 s, 0.5 s, then every 1 s, for up to ``timeout_s``. No inbound stream at all is a one-line
+    error: no service has set up this prefix on this server."""
+    from nats.errors import TimeoutError as NatsTimeoutError
+    from nats.js.errors import NoStreamResponseError, NotFoundError, ServiceUnavailableError
+    from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_delay
+
+    from consumers.backoff import tenacity_wait
+
+    js = nc.jetstream()
+    stream = cli.subjects.inbound_stream
+
+    async def stream_must_exist(_state: RetryCallState) -> None:
+        try:
+            await js.stream_info(stream)
+        except (NatsTimeoutError, ServiceUnavailableError):
+            return  # the stream (its leader answers this) is electing one
+        except NotFoundError:
+            fail(f"no stream stores {subject}: no turnstile service has set up prefix {cli.settings.prefix!r} "
+                 f"on this server (it creates stream {stream} at start)")
+
+    try:
+        async for attempt in AsyncRetrying(
+            retry=retry_if_exception_type((NoStreamResponseError, NatsTimeoutError)), wait=tenacity_wait(base_s=0.25, max_s=1.0),
+            stop=stop_after_delay(timeout_s), before_sleep=stream_must_exist, reraise=True,
+        ):
+            with attempt:
+                await js.publish(subject, payload, headers={"Nats-Msg-Id": msg_id})
+    except (NoStreamResponseError, NatsTimeoutError) as exc:
+        fail(f"stream {stream} did not store {subject} within {timeout_s:g} s ({describe(exc)}: electing a leader?)")
+
+
 async def _send(cli: Cli, platform: str, session_id: str, text: str, timeout_s: float) -> int:
     subjects = cli.subjects
     try:
@@ -85,12 +122,12 @@ async def _send(cli: Cli, platform: str, session_id: str, text: str, timeout_s: 
         await flush(nc)
         msg_id = uuid.uuid4().hex
         body = {"id": msg_id, "session_id": session_id, "platform": platform, "text": text}
-        await nc.jetstream().publish(inbound_subject, orjson.dumps(body), headers={"Nats-Msg-Id": msg_id})
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        await publish_inbound(cli, nc, inbound_subject, orjson.dumps(body), msg_id, timeout_s)
         seen: set[tuple[Any, Any]] = set()
         ended: dict[str, Any] | None = None
         grace_until = 0.0
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
         while True:
             remaining = (deadline if ended is None else min(deadline, grace_until)) - loop.time()
             if remaining <= 0 and ended is None:

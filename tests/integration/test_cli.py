@@ -171,5 +171,9 @@ async def test_api_calls_and_refusals_are_one_line(service: TurnstileService, se
 async def test_errors_without_a_service_are_one_line(nats_server: object, settings: Settings) -> None:
     no_service = await turnstile("api", "session.list", settings=settings, timeout_s=30)
     assert no_service.code == 1 and "no turnstile service answers" in _one_error_line(no_service.stderr)
+    # No service ever set the prefix up: the inbound publish finds no stream, said in one line at once.
+    no_stream = await turnstile("send", "-s", _sid("nostream"), "hi", settings=settings, timeout_s=30)
+    line = _one_error_line(no_stream.stderr)
+    assert no_stream.code == 1 and "no stream stores" in line and repr(settings.prefix) in line, line
     no_server = await turnstile("--server", "nats://127.0.0.1:1", "sessions", timeout_s=30)
     assert no_server.code == 1 and "cannot connect to NATS" in _one_error_line(no_server.stderr)

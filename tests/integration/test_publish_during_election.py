@@ -18,8 +18,11 @@ import nats
 import pytest
 from nats.js.api import StreamConfig
 
+from consumers.cli_stream import publish_inbound
+from consumers.cli_support import Cli
 from consumers.nats_cluster import NatsCluster
 from consumers.publisher import StreamAcks
+from consumers.settings import Settings
 from tests.integration.stream_leaders import leader_of, step_down
 from tests.waiting import wait_for
 
@@ -65,5 +68,43 @@ async def test_publishes_during_leader_step_downs_are_all_stored_once(nats_clust
         assert retries, "no publish met a leaderless moment: the test did not exercise the retry"
         stored = (await nc.jetstream(timeout=10).stream_info(stream)).state.messages
         assert len(answered) <= stored <= len(sent)
+    finally:
+        await nc.close()
+
+
+@pytest.mark.timeout(120)
+async def test_turnstile_sends_inbound_publishes_are_stored_once_across_step_downs(nats_cluster: NatsCluster) -> None:
+    # `turnstile send`'s publish (consumers/cli_stream.py) asks again under the same Nats-Msg-Id while
+    # the inbound stream has no leader. Before, nats-py's plain publish failed with "no response
+    # from stream" (the command exited 1) in such a moment.
+    settings = Settings(nats_url=nats_cluster.urls[0], prefix="c" + uuid.uuid4().hex[:8])
+    cli = Cli(settings=settings)
+    stream = cli.subjects.inbound_stream
+    nc = await nats.connect(nats_cluster.urls, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
+    try:
+        spec = next(s for s in cli.subjects.streams() if s.name == stream)
+        await nc.jetstream(timeout=10).add_stream(
+            StreamConfig(name=stream, subjects=list(spec.subjects), num_replicas=3, duplicate_window=120)
+        )
+        await wait_for(lambda: leader_of(nc, stream), timeout_s=30, what="a stream leader")
+        sent: list[str] = []
+        stop = asyncio.Event()
+
+        async def send_steadily() -> None:
+            while not stop.is_set():
+                msg_id = uuid.uuid4().hex
+                subject = cli.subjects.inbound("cli", f"s{len(sent) % 5}")
+                await publish_inbound(cli, nc, subject, msg_id.encode(), msg_id, timeout_s=20)
+                sent.append(msg_id)
+                await asyncio.sleep(0.002)
+
+        sending = asyncio.create_task(send_steadily())
+        for _ in range(STEP_DOWNS):
+            await step_down(nc, stream)
+        stop.set()
+        await sending  # raises CliError if a publish was not stored
+
+        stored = (await nc.jetstream(timeout=10).stream_info(stream)).state.messages
+        assert stored == len(sent)  # each once
     finally:
         await nc.close()
