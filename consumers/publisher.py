@@ -153,6 +153,7 @@ class StreamAcks:
         self._retried = retried
         # token -> (when its retries end, the next wait): publishes answered "no responders"
         self._retrying: dict[int, tuple[float, float]] = {}
+        self._resending: set[asyncio.Task[None]] = set()  # held: the loop keeps only weak references to tasks
         self._sweep_at = SWEEP_MIN
         # (token, future): resolved once no publish with a token up to ``token`` awaits its ack
         self._barriers: list[tuple[int, asyncio.Future[None]]] = []
@@ -333,7 +334,9 @@ class StreamAcks:
             return
         if self._retried is not None:
             self._retried()
-        asyncio.get_running_loop().create_task(self._publish_again(token, waiting))
+        task = asyncio.get_running_loop().create_task(self._publish_again(token, waiting))
+        self._resending.add(task)
+        task.add_done_callback(self._resending.discard)
 
     async def _publish_again(
         self, token: int, waiting: tuple[AckWaiter | None, bool, bytes, Payload, bytes | None]
