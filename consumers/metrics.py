@@ -75,7 +75,8 @@ class Metrics:
         )
         self.publish_retries = Counter(
             "turnstile_publish_retries",
-            "JetStream publishes sent again after their stream answered no responders (electing a leader)",
+            "JetStream publishes sent again: their stream answered no responders (electing a leader), or a "
+            "checkpoint or reply had no answer for 2-4 s",
             registry=r,
         )
         # Read at scrape time.

@@ -36,6 +36,10 @@ SWEEP_MIN = 1024  # unanswered acks kept before the given-up ones are swept
 # waits 250 ms between such retries, ADR-22).
 RETRY_FIRST_WAIT_S = 0.25
 RETRY_MAX_WAIT_S = 1.0
+# A publish that can be sent twice without being stored twice (it carries a header: a fenced checkpoint
+# or a reply with ``Nats-Msg-Id``) and has had no answer for 2–4 s is sent again: the answer can be
+# lost when the leader it reached steps down or dies, or with the connection to a killed node.
+RESEND_UNANSWERED_S = 2.0
 # header_block({"Nats-Expected-Last-Subject-Sequence": str(seq)}), formatted with the sequence in one step
 FENCE_HEADER = b"NATS/1.0\r\nNats-Expected-Last-Subject-Sequence: %d\r\n\r\n"
 
@@ -139,9 +143,17 @@ class StreamAcks:
     tens of milliseconds) then delays its publishes instead of failing them, as nats.go's
     publish does. A retried publish keeps its place for ``stored_so_far``; a publish to
     the same stream sent after it may be stored before it.
+
+    A publish with a header (its fence or its ``Nats-Msg-Id`` makes a second copy harmless)
+    that has had no answer at all for ``resend_s`` to twice that is sent again the same way,
+    until answered or given up on: one timer checks, every ``resend_s`` while acks are awaited.
+    Events carry no header and are never sent twice.
     """
 
-    def __init__(self, nc: Client, *, retry_s: float = 10.0, retried: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self, nc: Client, *, retry_s: float = 10.0, resend_s: float = RESEND_UNANSWERED_S,
+        retried: Callable[[], None] | None = None,
+    ) -> None:
         self._nc = nc
         self.wire = BufferedPublish(nc)
         self._prefix = b""
@@ -154,6 +166,9 @@ class StreamAcks:
         # token -> (when its retries end, the next wait): publishes answered "no responders"
         self._retrying: dict[int, tuple[float, float]] = {}
         self._resending: set[asyncio.Task[None]] = set()  # held: the loop keeps only weak references to tasks
+        self._resend_s = resend_s
+        self._watch: asyncio.TimerHandle | None = None  # the unanswered-publish check, armed while acks are awaited
+        self._watched_up_to = 0  # the newest token at the check before: older ones unanswered since are resent
         self._sweep_at = SWEEP_MIN
         # (token, future): resolved once no publish with a token up to ``token`` awaits its ack
         self._barriers: list[tuple[int, asyncio.Future[None]]] = []
@@ -196,6 +211,8 @@ class StreamAcks:
         if not self._prefix:
             await self._ensure_inbox()
         subj, reply, token = self._register(subject, waiter, log_failure, payload, header)
+        if self._watch is None:
+            self._arm_watch()
         try:
             await self.wire.publish(subj, payload, reply, header)
         except BaseException:
@@ -320,6 +337,31 @@ class StreamAcks:
         loop.call_later(wait, self._send_again, token)
         return True
 
+    def _arm_watch(self) -> None:
+        self._watched_up_to = self._next - 1  # the publish being registered is looked at from the next check on
+        self._watch = asyncio.get_running_loop().call_later(self._resend_s, self._check_unanswered)
+
+    def _check_unanswered(self) -> None:
+        """Send again the header-carrying publishes unanswered since the check before; re-arm while
+        acks are awaited."""
+        up_to, self._watched_up_to = self._watched_up_to, self._next
+        unanswered = []
+        for token, waiting in self._waiting.items():
+            if token > up_to:
+                break
+            waiter, header = waiting[0], waiting[4]
+            if header is not None and waiter is not None and not waiter.done() and token not in self._retrying:
+                unanswered.append(token)
+        if unanswered:
+            log.warning("%d publishes had no answer for %.0f s (their stream's leader gone?): sent again",
+                        len(unanswered), self._resend_s)
+            for token in unanswered:
+                self._send_again(token)
+        if self._waiting:
+            self._watch = asyncio.get_running_loop().call_later(self._resend_s, self._check_unanswered)
+        else:
+            self._watch = None
+
     def _send_again(self, token: int) -> None:
         """Publish ``token``'s message again (its reply token unchanged), unless it is settled or given up on."""
         waiting = self._waiting.get(token)
@@ -384,7 +426,7 @@ class Publisher:
         self, nc: Client, js: JetStreamContext, subjects: Subjects, timeout_s: float = 10.0,
         dlq_raw_max_bytes: int = 16_384, retried: Callable[[], None] | None = None,
     ) -> None:
-        """``retried``: called each time a publish answered "no responders" is sent again."""
+        """``retried``: called each time a publish is sent again (answered "no responders", or unanswered)."""
         self.js = js
         self.subjects = subjects
         self.timeout_s = timeout_s

@@ -9,6 +9,8 @@ import pytest
 from nats.aio.client import Client
 from nats.js.errors import APIError, NoStreamResponseError
 
+from consumers.buffered_publish import header_block
+from consumers.nats_flush import flush
 from consumers.publisher import FENCE_HEADER, WRONG_LAST_SEQUENCE, Publisher, StreamAcks
 from core.errors import CheckpointFailed
 from schemas.subjects import Subjects
@@ -107,3 +109,29 @@ async def test_stored_so_far_is_false_when_an_earlier_publish_is_never_answered(
     await acks.send_to(None, subject, b"x")
     assert not await acks.stored_so_far(0.2)
     await sub.unsubscribe()
+
+
+async def test_a_publish_with_a_header_and_no_answer_is_sent_again_and_an_event_is_not(nc: Client) -> None:
+    # A publish whose answer is lost (the leader it reached stepped down, the connection to a killed node
+    # went) looks like this: something took it and nobody answered. A plain subscriber plays that part;
+    # once it is gone and a stream takes the subjects, the publish that can be sent twice (its header: a
+    # fence or a Nats-Msg-Id) is sent again and stored once; the event (no header) is not sent twice.
+    name = f"LOST_{uuid.uuid4().hex[:6]}"
+    js = nc.jetstream()
+    swallow = await nc.subscribe(f"{name}.>")
+    await flush(nc)
+    retries: list[int] = []
+    acks = StreamAcks(nc, resend_s=0.2, retried=lambda: retries.append(1))
+    reply = await acks.send(f"{name}.reply", b"once", header_block({"Nats-Msg-Id": "r-1"}))
+    event = await acks.send(f"{name}.event", b"at most once")
+    await wait_for(lambda: swallow.pending_msgs >= 2, timeout_s=5, what="both publishes to be taken")
+    await swallow.unsubscribe()
+    await js.add_stream(name=name, subjects=[f"{name}.>"])
+    assert await asyncio.wait_for(reply, 5) == 1
+    # Had the event been sent again with the reply, its ack would come before this later publish's.
+    assert await asyncio.wait_for(await acks.send(f"{name}.probe", b"later"), 5) == 2
+    assert retries and not event.done()
+    state = (await js.stream_info(name)).state
+    assert state.messages == 2  # the reply once and the probe; the event was not sent again
+    event.cancel()
+    await js.delete_stream(name)
