@@ -88,6 +88,17 @@ async def shares_of(nc: Client, subjects: Subjects, a: ServiceProcess, b: Servic
     return result
 
 
+async def serving(nc: Client, subjects: Subjects, workers: list[ServiceProcess], per_worker: int) -> list[str]:
+    """Start both workers, wait until they share the partitions, and name ``per_worker`` sessions
+    in each one's share."""
+    a, b = workers
+    for w in workers:
+        await w.start()
+        await w.wait_ready(nc, timeout_s=60)
+    shares = await shares_of(nc, subjects, a, b)
+    return sessions_in(shares[pid(a)], per_worker, "a") + sessions_in(shares[pid(b)], per_worker, "b")
+
+
 async def publish_until_stored(nc: Client, subjects: Subjects, body: dict[str, object]) -> None:
     """Publish like an adapter does: retried until the stream acknowledges it (``Nats-Msg-Id`` makes a
     retry of a stored message a duplicate), e.g. while the stream elects a new leader."""
@@ -202,11 +213,7 @@ async def test_on_a_cluster_a_killed_workers_sessions_move_with_nothing_lost_or_
 ) -> None:
     subjects = Subjects(cluster_settings.prefix)
     a, b = workers
-    for w in workers:
-        await w.start()
-        await w.wait_ready(cnc, timeout_s=60)
-    shares = await shares_of(cnc, subjects, a, b)
-    sids = sessions_in(shares[pid(a)], 3, "a") + sessions_in(shares[pid(b)], 3, "b")
+    sids = await serving(cnc, subjects, workers, per_worker=3)
     killed_at: list[float] = []
 
     async def kill_worker() -> None:
@@ -224,12 +231,7 @@ async def test_on_a_cluster_killing_a_nats_node_mid_stream_loses_nothing(
     cnc: Client, nats_cluster: NatsCluster, cluster_settings: Settings, workers: list[ServiceProcess]
 ) -> None:
     subjects = Subjects(cluster_settings.prefix)
-    a, b = workers
-    for w in workers:
-        await w.start()
-        await w.wait_ready(cnc, timeout_s=60)
-    shares = await shares_of(cnc, subjects, a, b)
-    sids = sessions_in(shares[pid(a)], 3, "a") + sessions_in(shares[pid(b)], 3, "b")
+    sids = await serving(cnc, subjects, workers, per_worker=3)
 
     async def kill_inbound_leader() -> None:
         info = await cnc.jetstream().stream_info(subjects.inbound_stream)
@@ -249,11 +251,7 @@ async def test_on_a_cluster_stream_leaders_stepping_down_mid_stream_rerun_no_tur
     # Without the retry: 7 and 4 turns re-ran in two runs (CheckpointFailed); with it: 0 and 0.
     subjects = Subjects(cluster_settings.prefix)
     a, b = workers
-    for w in workers:
-        await w.start()
-        await w.wait_ready(cnc, timeout_s=60)
-    shares = await shares_of(cnc, subjects, a, b)
-    sids = sessions_in(shares[pid(a)], 4, "a") + sessions_in(shares[pid(b)], 4, "b")
+    sids = await serving(cnc, subjects, workers, per_worker=4)
 
     async def step_down_the_written_streams() -> None:
         for _ in range(3):
