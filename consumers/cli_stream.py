@@ -81,6 +81,7 @@ async def publish_inbound(cli: Cli, nc: Client, subject: str, payload: bytes, ms
     from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_delay
 
     from consumers.backoff import tenacity_wait
+    from consumers.publisher import RETRY_FIRST_WAIT_S, RETRY_MAX_WAIT_S
 
     js = nc.jetstream()
     stream = cli.subjects.inbound_stream
@@ -96,7 +97,8 @@ async def publish_inbound(cli: Cli, nc: Client, subject: str, payload: bytes, ms
 
     try:
         async for attempt in AsyncRetrying(
-            retry=retry_if_exception_type((NoStreamResponseError, NatsTimeoutError)), wait=tenacity_wait(base_s=0.25, max_s=1.0),
+            retry=retry_if_exception_type((NoStreamResponseError, NatsTimeoutError)),
+            wait=tenacity_wait(base_s=RETRY_FIRST_WAIT_S, max_s=RETRY_MAX_WAIT_S),
             stop=stop_after_delay(timeout_s), before_sleep=stream_must_exist, reraise=True,
         ):
             with attempt:

@@ -14,6 +14,7 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.errors import APIError, NoStreamResponseError, NotFoundError
 
+from consumers.backoff import compute_backoff_s
 from consumers.buffered_publish import BufferedPublish, Payload, header_block, subject_bytes
 from consumers.dead_letters import dead_letter_payload
 from consumers.deadline import Deadline
@@ -163,8 +164,8 @@ class StreamAcks:
         self._waiting: dict[int, tuple[AckWaiter | None, bool, bytes, Payload, bytes | None]] = {}
         self._retry_s = retry_s
         self._retried = retried
-        # token -> (when its retries end, the next wait): publishes answered "no responders"
-        self._retrying: dict[int, tuple[float, float]] = {}
+        # token -> (when its retries end, the number of its next retry): publishes answered "no responders"
+        self._retrying: dict[int, tuple[float, int]] = {}
         self._resending: set[asyncio.Task[None]] = set()  # held: the loop keeps only weak references to tasks
         self._resend_s = resend_s
         self._watch: asyncio.TimerHandle | None = None  # the unanswered-publish check, armed while acks are awaited
@@ -327,13 +328,14 @@ class StreamAcks:
             return False
         loop = asyncio.get_running_loop()
         now = loop.time()
-        ends, wait = self._retrying.get(token, (now + self._retry_s, RETRY_FIRST_WAIT_S))
+        ends, attempt = self._retrying.get(token, (now + self._retry_s, 1))
+        wait = compute_backoff_s(attempt, base_s=RETRY_FIRST_WAIT_S, max_s=RETRY_MAX_WAIT_S)
         if now + wait > ends:
             return False
         if not self._retrying:
             log.warning("a stream answered no responders (electing a leader?): its publishes are sent again "
                         "for up to %.1f s", self._retry_s)
-        self._retrying[token] = (ends, min(wait * 2, RETRY_MAX_WAIT_S))
+        self._retrying[token] = (ends, attempt + 1)
         loop.call_later(wait, self._send_again, token)
         return True
 
