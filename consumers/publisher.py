@@ -62,9 +62,11 @@ class KeptAck:
     for it is cancelled (shutdown): the next ``result`` finds it. What ``asyncio.shield`` around a
     future gave, without its second future and loop callback, and with one timer per wait."""
 
-    __slots__ = ("_done", "_error", "_seq", "_waiter")
+    __slots__ = ("_done", "_error", "_seq", "_waiter", "payload", "resent")
 
-    def __init__(self) -> None:
+    def __init__(self, payload: Payload | None = None) -> None:
+        self.payload = payload  # what was published (a checkpoint: to recognise it stored when its answer was lost)
+        self.resent = False  # set by ``StreamAcks`` when the publish is sent again
         self._done = False
         self._seq = 0
         self._error: BaseException | None = None
@@ -378,6 +380,8 @@ class StreamAcks:
             return
         if self._retried is not None:
             self._retried()
+        if isinstance(waiting[0], KeptAck):
+            waiting[0].resent = True
         task = asyncio.get_running_loop().create_task(self._publish_again(token, waiting))
         self._resending.add(task)
         task.add_done_callback(self._resending.discard)
@@ -460,7 +464,7 @@ class Publisher:
     async def send_checkpoint(self, session_id: str, payload: Payload, expected_last_seq: int | None) -> KeptAck:
         """Send a checkpoint fenced on ``expected_last_seq``; ``checkpoint_acked`` awaits its ack."""
         header = None if expected_last_seq is None else FENCE_HEADER % expected_last_seq
-        acked = KeptAck()
+        acked = KeptAck(payload)
         try:
             await self._acks.send_to(acked, self.subjects.checkpoint(session_id), payload, header)
         except Exception as exc:
@@ -476,12 +480,32 @@ class Publisher:
             return await acked.result(self.timeout_s, deadline)
         except APIError as exc:
             if exc.err_code == WRONG_LAST_SEQUENCE:
+                stored = await self._stored_before_its_resend(session_id, acked, expected_last_seq)
+                if stored is not None:
+                    return stored
                 raise CheckpointFailed(
                     f"checkpoint for {session_id!r} refused: another worker wrote one since sequence {expected_last_seq}"
                 ) from exc
             raise CheckpointFailed(f"checkpoint for {session_id!r} refused by the broker: {exc}") from exc
         except Exception as exc:
             raise CheckpointFailed(f"checkpoint for {session_id!r} not acknowledged: {exc!r}") from exc
+
+    async def _stored_before_its_resend(
+        self, session_id: str, acked: KeptAck, expected_last_seq: int | None
+    ) -> int | None:
+        """A resent checkpoint refused by its fence: its first copy may be the one stored, its answer lost
+        (a leader stepping down). The stored sequence when the session's last checkpoint, written after
+        the fence, is this very payload; else None (another writer)."""
+        if not acked.resent or acked.payload is None:
+            return None
+        try:
+            last = await self.last_checkpoint(session_id)
+        except Exception:  # unreadable now: the refusal stands, the runner reloads
+            return None
+        payload = acked.payload if isinstance(acked.payload, bytes) else b"".join(acked.payload)
+        if last is not None and last[0] > (expected_last_seq or 0) and last[1] == payload:
+            return last[0]
+        return None
 
     async def last_checkpoint(self, session_id: str) -> tuple[int, bytes] | None:
         """The newest checkpoint of a session as (subject sequence, payload), or None."""

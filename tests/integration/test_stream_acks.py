@@ -135,3 +135,30 @@ async def test_a_publish_with_a_header_and_no_answer_is_sent_again_and_an_event_
     assert state.messages == 2  # the reply once and the probe; the event was not sent again
     event.cancel()
     await js.delete_stream(name)
+
+
+async def test_a_resent_checkpoint_refused_by_its_fence_is_taken_as_stored_when_its_first_copy_is(nc: Client) -> None:
+    # Seen in CI on a cluster: a checkpoint's first copy was stored but its answer lost (its leader stepped
+    # down), so the copy sent again was refused by the fence, and the turn ran again for nothing. A resent
+    # checkpoint refused by its fence is taken as stored when the subject's last checkpoint, written after
+    # the fence, is its very payload; another payload there (another writer) is still a refusal.
+    subjects = Subjects(prefix=f"rs{uuid.uuid4().hex[:6]}")
+    js = nc.jetstream()
+    spec = next(s for s in subjects.streams() if s.name == subjects.checkpoint_stream)
+    await js.add_stream(name=spec.name, subjects=list(spec.subjects))
+    pub = Publisher(nc, js, subjects, timeout_s=5.0)
+    first = await pub.checkpoint_acked("s-1", await pub.send_checkpoint("s-1", b'{"v": 1}', None), None)
+    stored = await pub.checkpoint_acked("s-1", await pub.send_checkpoint("s-1", (b'{"v": ', b"2}"), first), first)
+
+    again = await pub.send_checkpoint("s-1", (b'{"v": ', b"2}"), first)  # the same publish, sent again
+    again.resent = True
+    assert await pub.checkpoint_acked("s-1", again, first) == stored
+
+    other = await pub.send_checkpoint("s-1", b'{"v": 3}', first)
+    other.resent = True
+    with pytest.raises(CheckpointFailed, match="another worker"):
+        await pub.checkpoint_acked("s-1", other, first)
+    not_resent = await pub.send_checkpoint("s-1", b'{"v": 2}', first)
+    with pytest.raises(CheckpointFailed, match="another worker"):
+        await pub.checkpoint_acked("s-1", not_resent, first)
+    await js.delete_stream(spec.name)
