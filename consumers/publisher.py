@@ -6,6 +6,7 @@ import asyncio
 import functools
 import logging
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -37,12 +38,16 @@ SWEEP_MIN = 1024  # unanswered acks kept before the given-up ones are swept
 # waits 250 ms between such retries, ADR-22).
 RETRY_FIRST_WAIT_S = 0.25
 RETRY_MAX_WAIT_S = 1.0
-# A publish that can be sent twice without being stored twice (it carries a header: a fenced checkpoint
-# or a reply with ``Nats-Msg-Id``) and has had no answer for 2–4 s is sent again: the answer can be
-# lost when the leader it reached steps down or dies, or with the connection to a killed node.
+# A publish that can be sent twice without being stored twice (it carries a header: a fenced checkpoint,
+# or a reply or an event with ``Nats-Msg-Id``) and has had no answer for 2–4 s is sent again: the answer
+# can be lost when the leader it reached steps down or dies, or with the connection to a killed node.
 RESEND_UNANSWERED_S = 2.0
+# How long a publish's ack is waited for; a publish is sent again (above) only within it.
+PUBLISH_TIMEOUT_S = 10.0
 # header_block({"Nats-Expected-Last-Subject-Sequence": str(seq)}), formatted with the sequence in one step
 FENCE_HEADER = b"NATS/1.0\r\nNats-Expected-Last-Subject-Sequence: %d\r\n\r\n"
+# An event's ``Nats-Msg-Id``: this publisher's random id and the event's number, formatted in one step.
+EVENT_ID_HEADER = b"NATS/1.0\r\nNats-Msg-Id: %b%d\r\n\r\n"
 
 
 class AckWaiter(Protocol):
@@ -149,12 +154,13 @@ class StreamAcks:
 
     A publish with a header (its fence or its ``Nats-Msg-Id`` makes a second copy harmless)
     that has had no answer at all for ``resend_s`` to twice that is sent again the same way,
-    until answered or given up on: one timer checks, every ``resend_s`` while acks are awaited.
-    Events carry no header and are never sent twice.
+    until answered or given up on (one nobody waits for: ``retry_s`` after its first resend):
+    one timer checks, every ``resend_s`` while acks are awaited. A publish without a header is
+    never sent twice.
     """
 
     def __init__(
-        self, nc: Client, *, retry_s: float = 10.0, resend_s: float = RESEND_UNANSWERED_S,
+        self, nc: Client, *, retry_s: float = PUBLISH_TIMEOUT_S, resend_s: float = RESEND_UNANSWERED_S,
         retried: Callable[[], None] | None = None,
     ) -> None:
         self._nc = nc
@@ -169,6 +175,7 @@ class StreamAcks:
         # token -> (when its retries end, the number of its next retry): publishes answered "no responders"
         self._retrying: dict[int, tuple[float, int]] = {}
         self._resending: set[asyncio.Task[None]] = set()  # held: the loop keeps only weak references to tasks
+        self._unwatched_resent: dict[int, float] = {}  # token -> when a publish nobody waits for was first resent
         self._resend_s = resend_s
         self._watch: asyncio.TimerHandle | None = None  # the unanswered-publish check, armed while acks are awaited
         self._watched_up_to = 0  # the newest token at the check before: older ones unanswered since are resent
@@ -247,6 +254,7 @@ class StreamAcks:
         answered by now: the broker answers a stored publish at once)."""
         self._waiting = {t: w for t, w in self._waiting.items() if w[0] is not None and not w[0].done()}
         self._retrying = {t: r for t, r in self._retrying.items() if t in self._waiting}
+        self._unwatched_resent = {t: r for t, r in self._unwatched_resent.items() if t in self._waiting}
         self._sweep_at = max(SWEEP_MIN, 2 * len(self._waiting))
         if self._barriers:
             self._pass_barriers()
@@ -297,6 +305,8 @@ class StreamAcks:
             return
         if self._retrying:
             self._retrying.pop(token, None)
+        if self._unwatched_resent:
+            self._unwatched_resent.pop(token, None)
         if self._barriers:
             self._pass_barriers()
         future, log_failure = waiting[0], waiting[1]
@@ -349,13 +359,28 @@ class StreamAcks:
         """Send again the header-carrying publishes unanswered since the check before; re-arm while
         acks are awaited."""
         up_to, self._watched_up_to = self._watched_up_to, self._next
-        unanswered = []
+        now = asyncio.get_running_loop().time()
+        unanswered, given_up = [], []
         for token, waiting in self._waiting.items():
             if token > up_to:
                 break
             waiter, header = waiting[0], waiting[4]
-            if header is not None and waiter is not None and not waiter.done() and token not in self._retrying:
-                unanswered.append(token)
+            if header is None or token in self._retrying:
+                continue
+            if waiter is None:  # nobody waits to give up on it: resent for ``retry_s``
+                if now - self._unwatched_resent.setdefault(token, now) > self._retry_s:
+                    given_up.append(token)
+                    continue
+            elif waiter.done():
+                continue
+            unanswered.append(token)
+        if given_up:
+            log.error("%d pipelined publishes were not acknowledged: no answer in %.0f s", len(given_up), self._retry_s)
+            for token in given_up:
+                self._waiting.pop(token, None)
+                self._unwatched_resent.pop(token, None)
+            if self._barriers:
+                self._pass_barriers()
         if unanswered:
             log.warning("%d publishes had no answer for %.0f s (their stream's leader gone?): sent again",
                         len(unanswered), self._resend_s)
@@ -429,8 +454,9 @@ class Publisher:
     (``consumers/checkpoints.py``); events and replies pipelined and settled later."""
 
     def __init__(
-        self, nc: Client, js: JetStreamContext, subjects: Subjects, timeout_s: float = 10.0,
+        self, nc: Client, js: JetStreamContext, subjects: Subjects, timeout_s: float = PUBLISH_TIMEOUT_S,
         dlq_raw_max_bytes: int = 16_384, retried: Callable[[], None] | None = None,
+        resend_s: float = RESEND_UNANSWERED_S,
     ) -> None:
         """``retried``: called each time a publish is sent again (answered "no responders", or unanswered)."""
         self.js = js
@@ -438,7 +464,14 @@ class Publisher:
         self.timeout_s = timeout_s
         self.dlq_raw_max_bytes = dlq_raw_max_bytes
         self._nc = nc
-        self._acks = StreamAcks(nc, retry_s=timeout_s, retried=retried)
+        self._acks = StreamAcks(nc, retry_s=timeout_s, resend_s=resend_s, retried=retried)
+        # Events' Nats-Msg-Id: unique to this publisher (a random id) and the event (a count).
+        self._event_ids = f"{uuid.uuid4().hex[:16]}-".encode()
+        self._events = 0
+
+    def _event_header(self) -> bytes:
+        self._events += 1
+        return EVENT_ID_HEADER % (self._event_ids, self._events)
 
     async def stored_so_far(self) -> bool:
         """Wait until every publish sent so far is answered (``StreamAcks.stored_so_far``); False
@@ -518,14 +551,19 @@ class Publisher:
     async def emit(self, session_id: str | None, event_type: str, data: dict[str, Any]) -> asyncio.Future[Any]:
         """Publish an event (wire model ``schemas.wire.Event``) on ``<prefix>.events.<sid>.<type>``; pipelined:
         sent now, its ack collected later (``settle``), so publishes keep their order on the connection and
-        a turn does not wait one broker round trip (and fsync) per event. A refusal is logged."""
+        a turn does not wait one broker round trip (and fsync) per event. A refusal is logged. Its
+        ``Nats-Msg-Id`` lets a copy sent again after a lost answer be dropped by the stream."""
         event = {"type": event_type, "session_id": session_id, "at": time.time(), "data": data}
-        return await self._acks.send(self.subjects.event(session_id, event_type), orjson.dumps(event), log_failure=True)
+        return await self._acks.send(
+            self.subjects.event(session_id, event_type), orjson.dumps(event), self._event_header(), log_failure=True
+        )
 
     async def emit_unwatched(self, session_id: str | None, event_type: str, data: dict[str, Any]) -> None:
         """``emit`` whose ack nobody waits for (no future is made); a refusal is logged."""
         event = {"type": event_type, "session_id": session_id, "at": time.time(), "data": data}
-        await self._acks.send_unwatched(self.subjects.event(session_id, event_type), orjson.dumps(event))
+        await self._acks.send_unwatched(
+            self.subjects.event(session_id, event_type), orjson.dumps(event), self._event_header()
+        )
 
     async def outbound(self, platform: str, reply: OutboundReply) -> asyncio.Future[Any]:
         """Publish a reply with ``Nats-Msg-Id`` = ``<sid>:<turn>:<seq>`` (a resumed turn cannot duplicate it); pipelined."""

@@ -26,6 +26,12 @@ from schemas.subjects import Subjects
 log = logging.getLogger(__name__)
 
 
+# Events carry a Nats-Msg-Id so that a copy sent again after a lost answer is dropped; copies are
+# sent only while the publish's ack is awaited (consumers/publisher.py: PUBLISH_TIMEOUT_S, 10 s), so
+# the window covers that three times over, and holds ~a quarter of the ids of the server's default.
+EVENTS_DUPLICATE_WINDOW_S = 30.0
+
+
 def stream_configs(settings: Settings, subjects: Subjects) -> list[StreamConfig]:
     """The stream table of docs/protocol.md, built from settings in one place."""
     # What every stream shares; each one below replaces what is its own.
@@ -56,6 +62,7 @@ def stream_configs(settings: Settings, subjects: Subjects) -> list[StreamConfig]
             name=subjects.events_stream,
             subjects=[subjects.events_all],
             max_age=settings.events_max_age_s,
+            duplicate_window=EVENTS_DUPLICATE_WINDOW_S,
         ),
         replace(
             common,

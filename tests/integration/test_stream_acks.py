@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+import orjson
 import pytest
 from nats.aio.client import Client
 from nats.js.errors import APIError, NoStreamResponseError
@@ -12,6 +13,8 @@ from nats.js.errors import APIError, NoStreamResponseError
 from consumers.buffered_publish import header_block
 from consumers.nats_flush import flush
 from consumers.publisher import FENCE_HEADER, WRONG_LAST_SEQUENCE, Publisher, StreamAcks
+from consumers.settings import Settings
+from consumers.streams import stream_configs
 from core.errors import CheckpointFailed
 from schemas.subjects import Subjects
 from tests.waiting import wait_for
@@ -111,11 +114,11 @@ async def test_stored_so_far_is_false_when_an_earlier_publish_is_never_answered(
     await sub.unsubscribe()
 
 
-async def test_a_publish_with_a_header_and_no_answer_is_sent_again_and_an_event_is_not(nc: Client) -> None:
+async def test_a_publish_with_a_header_and_no_answer_is_sent_again_and_one_without_is_not(nc: Client) -> None:
     # A publish whose answer is lost (the leader it reached stepped down, the connection to a killed node
     # went) looks like this: something took it and nobody answered. A plain subscriber plays that part;
     # once it is gone and a stream takes the subjects, the publish that can be sent twice (its header: a
-    # fence or a Nats-Msg-Id) is sent again and stored once; the event (no header) is not sent twice.
+    # fence or a Nats-Msg-Id) is sent again and stored once; one with no header is not sent twice.
     name = f"LOST_{uuid.uuid4().hex[:6]}"
     js = nc.jetstream()
     swallow = await nc.subscribe(f"{name}.>")
@@ -123,7 +126,7 @@ async def test_a_publish_with_a_header_and_no_answer_is_sent_again_and_an_event_
     retries: list[int] = []
     acks = StreamAcks(nc, resend_s=0.2, retried=lambda: retries.append(1))
     reply = await acks.send(f"{name}.reply", b"once", header_block({"Nats-Msg-Id": "r-1"}))
-    event = await acks.send(f"{name}.event", b"at most once")
+    event = await acks.send(f"{name}.event", b"at most once")  # no header
     await wait_for(lambda: swallow.pending_msgs >= 2, timeout_s=5, what="both publishes to be taken")
     await swallow.unsubscribe()
     await js.add_stream(name=name, subjects=[f"{name}.>"])
@@ -162,3 +165,59 @@ async def test_a_resent_checkpoint_refused_by_its_fence_is_taken_as_stored_when_
     with pytest.raises(CheckpointFailed, match="another worker"):
         await pub.checkpoint_acked("s-1", not_resent, first)
     await js.delete_stream(spec.name)
+
+
+async def test_an_event_whose_answer_is_lost_is_sent_again_and_stored_once(nc: Client) -> None:
+    # Events carry a Nats-Msg-Id and their stream drops a second copy, so an event whose answer was lost at
+    # a leader's step-down is sent again like a reply: stored once, not lost (a watched event, whose turn
+    # waits for it, and an unwatched one, the per-turn session.updated).
+    subjects = Subjects(prefix=f"ev{uuid.uuid4().hex[:6]}")
+    js = nc.jetstream()
+    swallow = await nc.subscribe(f"{subjects.prefix}.events.>")
+    await flush(nc)
+    pub = Publisher(nc, js, subjects, timeout_s=5.0, resend_s=0.2)
+    watched = await pub.emit("s-1", "turn.ended", {"outcome": "replied"})
+    await pub.emit_unwatched("s-1", "session.updated", {"change": "turn_ended"})
+    await wait_for(lambda: swallow.pending_msgs >= 2, timeout_s=5, what="both events to be taken")
+    taken = [await swallow.next_msg(1) for _ in range(2)]
+    assert all(m.headers and m.headers.get("Nats-Msg-Id") for m in taken)
+    await swallow.unsubscribe()
+    events = next(c for c in stream_configs(Settings(prefix=subjects.prefix), subjects) if c.name == subjects.events_stream)
+    await js.add_stream(events)
+    assert await asyncio.wait_for(watched, 5) == 1
+    await wait_for(lambda: not pub._acks._waiting, timeout_s=5, what="the unwatched event to be answered")
+    await asyncio.wait_for(await pub.emit("s-1", "usage", {"input": 1, "output": 1}), 5)
+    # Each check until the stream answered sent both again; the stream kept one copy of each.
+    state = (await js.stream_info(subjects.events_stream)).state
+    assert state.messages == 3
+    stored = [await js.get_msg(subjects.events_stream, seq) for seq in (1, 2, 3)]
+    assert [m.subject.split(".events.")[1].split(".", 1)[1] for m in stored] == ["turn.ended", "session.updated", "usage"]
+    assert len({m.headers["Nats-Msg-Id"] for m in stored if m.headers}) == 3
+    await js.delete_stream(subjects.events_stream)
+
+
+async def test_an_event_stored_with_its_answer_lost_is_sent_again_and_dropped_as_a_duplicate(nc: Client) -> None:
+    # The other half of a lost answer: the stream stored the event and its answer never came back. The copy
+    # sent again carries the same Nats-Msg-Id, the events stream drops it and answers with the first copy's
+    # sequence, so the turn waiting for the event goes on and the stream holds it once.
+    subjects = Subjects(prefix=f"ev{uuid.uuid4().hex[:6]}")
+    js = nc.jetstream()
+    events = next(c for c in stream_configs(Settings(prefix=subjects.prefix), subjects) if c.name == subjects.events_stream)
+    assert events.duplicate_window == 30.0
+    await js.add_stream(events)
+    pub = Publisher(nc, js, subjects, timeout_s=5.0, resend_s=0.2)
+    acks = pub._acks
+    on_ack, dropped = acks._on_ack, []
+
+    def lose_the_first_answer(subject: bytes, data: bytes, headers: dict[str, str] | None) -> None:
+        if not dropped:
+            dropped.append(data)
+            return
+        on_ack(subject, data, headers)
+
+    acks._on_ack = lose_the_first_answer  # type: ignore[method-assign]  # before the ack subscription is made
+    watched = await pub.emit("s-1", "turn.ended", {"outcome": "replied"})
+    assert await asyncio.wait_for(watched, 5) == 1
+    assert dropped and orjson.loads(dropped[0])["seq"] == 1
+    assert (await js.stream_info(subjects.events_stream)).state.messages == 1
+    await js.delete_stream(subjects.events_stream)
