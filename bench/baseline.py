@@ -3,8 +3,9 @@
 Same streams and consumer settings (``consumers.streams``) under its own prefix;
 a durable pull consumer fetched in batches of ``fetch_batch``; per message the
 measured number of checkpoint, event and outbound publishes with the measured
-stored sizes; all publish acks of a batch gathered, then the batch acked. No
-store, no model loop, no fencing header: the physical limit of this shape.
+stored sizes (events and replies with turnstile's ``Nats-Msg-Id`` headers); all publish
+acks of a batch gathered, then the batch acked. No store, no model loop, no fencing
+header: the physical limit of this shape.
 
 Run as a child process: ``python -m bench.baseline --nats-url … --prefix … --shape JSON``.
 """
@@ -22,7 +23,7 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 from nats.js.errors import APIError
 
-from bench.shape import PublishShape, Spreader, payload_size
+from bench.shape import EventIds, PublishShape, Spreader, payload_size
 from bench.worker_link import open_worker
 from consumers.nats_flush import flush
 from consumers.settings import Settings
@@ -61,7 +62,10 @@ async def run(nats_url: str, prefix: str, shape: PublishShape, max_s: float) -> 
     sample_token = encode_sid("bench-00000000-0")
     # The checkpoint carries no fencing header here, so its payload takes those bytes instead.
     ck_payload = b"x" * payload_size(ck.stored_bytes_per_msg, subjects.checkpoint("bench-00000000-0"), 0)
-    ev_payload = b"x" * payload_size(ev.stored_bytes_per_msg, f"{prefix}.events.{sample_token}.turn.ended", 0)
+    event_ids = EventIds()  # events carry a Nats-Msg-Id, as turnstile's do
+    ev_payload = b"x" * payload_size(
+        ev.stored_bytes_per_msg, f"{prefix}.events.{sample_token}.turn.ended", event_ids.header_bytes
+    )
     msg_id_header = len(f"NATS/1.0\r\nNats-Msg-Id: bench-00000000-0:{'0' * 32}:0\r\n\r\n")
     out_size = payload_size(out.stored_bytes_per_msg, subjects.outbound("cli", "bench-00000000-0"), msg_id_header)
     # Drain measurements start when the bench says go, so the backlog's clock starts with the loop.
@@ -112,7 +116,7 @@ async def run(nats_url: str, prefix: str, shape: PublishShape, max_s: float) -> 
             for _ in range(ck_spread.take()):
                 publishes.append(publish(js, f"{prefix}.checkpoint.{token}", ck_payload))
             for _ in range(ev_spread.take()):
-                publishes.append(publish(js, f"{prefix}.events.{token}.turn.ended", ev_payload))
+                publishes.append(publish(js, f"{prefix}.events.{token}.turn.ended", ev_payload, event_ids.headers()))
             # Every message is answered (the driver times publish → first reply), as turnstile answers
             # every one; the measured rate can be a little under one reply per message.
             for seq in range(max(1, out_spread.take())):

@@ -16,6 +16,8 @@ transcript, no pydantic, no events beyond the measured count):
   checkpoint's ack;
 - **per-session order**: one session's messages are served one after another (a chain of
   tasks per session); sessions run concurrently, at most ``max_concurrent_turns`` at once.
+- **events and replies stored once**: each carries a ``Nats-Msg-Id`` (an event's as turnstile's
+  publisher makes it, ``bench.shape.EventIds``), so a copy sent again after a lost answer is dropped.
 
 SQL: one SQLite file with turnstile's pragmas (``core/store/db.py``: WAL, busy timeout,
 ``synchronous`` from ``TURNSTILE_SQLITE_SYNCHRONOUS``, default NORMAL), all writes through one
@@ -47,7 +49,7 @@ from nats.js import JetStreamContext
 from nats.js.errors import APIError, NotFoundError
 
 from bench.baseline import MAX_RETRIES, RETRY_DELAY_S, TOO_MANY_REQUESTS, baseline_settings
-from bench.shape import PublishShape, Spreader, payload_size
+from bench.shape import EventIds, PublishShape, Spreader, payload_size
 from bench.worker_link import open_worker
 from consumers.nats_flush import flush
 from consumers.settings import Settings
@@ -158,7 +160,10 @@ class Floor:
         sample = "bench-00000000-0"
         fence_header = len(f"NATS/1.0\r\n{FENCE}: 1000000\r\n\r\n")
         self.ck_payload = b"x" * payload_size(ck.stored_bytes_per_msg, subjects.checkpoint(sample), fence_header)
-        self.ev_payload = b"x" * payload_size(ev.stored_bytes_per_msg, f"{prefix}.events.{encode_sid(sample)}.turn.ended", 0)
+        self.event_ids = EventIds()  # an event's Nats-Msg-Id: stored once when sent again after a lost answer
+        self.ev_payload = b"x" * payload_size(
+            ev.stored_bytes_per_msg, f"{prefix}.events.{encode_sid(sample)}.turn.ended", self.event_ids.header_bytes
+        )
         msg_id_header = len(f"NATS/1.0\r\nNats-Msg-Id: {sample}:{'0' * 32}:0\r\n\r\n")
         self.out_size = payload_size(out.stored_bytes_per_msg, subjects.outbound("cli", sample), msg_id_header)
         self.last_ck: dict[str, int] = {}  # session → sequence of its last checkpoint (the fence)
@@ -237,7 +242,8 @@ class Floor:
         for _ in range(checkpoints - 1):  # each fenced on the previous one: a serial round trip
             self.last_ck[sid] = await self._checkpoint(ck_subject, sid)
         for _ in range(self.ev_spread.take()):
-            self._in_background(publish(self.js, f"{self.prefix}.events.{token}.turn.ended", self.ev_payload))
+            self._in_background(publish(self.js, f"{self.prefix}.events.{token}.turn.ended", self.ev_payload,
+                                        self.event_ids.headers()))
         for seq in range(max(1, self.out_spread.take())):  # every message answered, as in baseline A
             reply = {"session_id": sid, "generation": 1, "turn_id": inbound["id"], "seq": seq,
                      "reply_to": inbound["id"], "text": text}

@@ -9,6 +9,7 @@ does the same JetStream work as the service as the service changes.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -74,6 +75,21 @@ def payload_size(stored_bytes_per_msg: float, subject: str, header_bytes: int) -
     """Payload length that makes a record of this subject and headers store as many bytes."""
     overhead = STORE_RECORD_OVERHEAD + len(subject) + (header_bytes + STORE_HEADER_OVERHEAD if header_bytes else 0)
     return max(2, int(round(stored_bytes_per_msg - overhead)))
+
+
+class EventIds:
+    """Each event's ``Nats-Msg-Id`` as turnstile's publisher makes it (a random id and a count), so baseline A
+    and the floor publish the same header and the events stream does the same de-duplication."""
+
+    def __init__(self) -> None:
+        self._prefix = f"{uuid.uuid4().hex[:16]}-"
+        self._n = 0
+        # ``NATS/1.0\r\nNats-Msg-Id: <id>\r\n\r\n`` with a 6-digit count: what a payload gives up to it
+        self.header_bytes = len(f"NATS/1.0\r\nNats-Msg-Id: {self._prefix}100000\r\n\r\n")
+
+    def headers(self) -> dict[str, str]:
+        self._n += 1
+        return {"Nats-Msg-Id": f"{self._prefix}{self._n}"}
 
 
 class Spreader:
