@@ -221,3 +221,19 @@ async def test_an_event_stored_with_its_answer_lost_is_sent_again_and_dropped_as
     assert dropped and orjson.loads(dropped[0])["seq"] == 1
     assert (await js.stream_info(subjects.events_stream)).state.messages == 1
     await js.delete_stream(subjects.events_stream)
+
+
+async def test_an_unwatched_event_never_answered_is_given_up_after_its_resends_and_holds_no_barrier(nc: Client) -> None:
+    # Nobody waits for an unwatched event (the per-turn session.updated) to give up on it, so its resends end
+    # ``timeout_s`` after the first: it is then logged and forgotten, and a deletion's barrier does not wait for it.
+    subjects = Subjects(prefix=f"ev{uuid.uuid4().hex[:6]}")
+    swallow = await nc.subscribe(f"{subjects.prefix}.events.>")  # takes every copy, never answers
+    await flush(nc)
+    pub = Publisher(nc, nc.jetstream(), subjects, timeout_s=0.6, resend_s=0.2)
+    await pub.emit_unwatched("s-1", "session.updated", {"change": "turn_ended"})
+    await wait_for(lambda: swallow.pending_msgs >= 3, timeout_s=5, what="the event and two copies to be sent")
+    await wait_for(lambda: not pub._acks._waiting, timeout_s=5, what="the unanswered event to be given up")
+    copies = swallow.pending_msgs
+    assert await pub.stored_so_far()
+    assert len({(await swallow.next_msg(1)).headers["Nats-Msg-Id"] for _ in range(copies)}) == 1  # one event
+    await swallow.unsubscribe()
