@@ -16,6 +16,7 @@ from nats.js.client import JetStreamContext
 
 import consumers.nats_cluster
 import consumers.nats_server
+from consumers.connect import patiently
 from consumers.nats_cluster import NatsCluster
 from consumers.nats_server import NatsServer, free_port
 from tests.waiting import wait_for
@@ -42,7 +43,10 @@ async def test_an_r3_stream_keeps_every_message_when_its_leader_node_is_killed(n
     nc = await nats.connect(nats_cluster.urls, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
     try:
         js = nc.jetstream(timeout=10)
-        await js.add_stream(StreamConfig(name=stream, subjects=[f"{stream}.>"], num_replicas=3))
+        # Right after the cluster formed, a create can time out while the meta leader settles (seen in CI on a
+        # slow machine): asked again, as the service's own start-up does (connect.patiently).
+        await patiently(lambda: js.add_stream(StreamConfig(name=stream, subjects=[f"{stream}.>"], num_replicas=3)),
+                        "create the stream", 60)
         before = [f"before-{i}".encode() for i in range(20)]
         # Just after the create the stream's interest may not have reached the node this client is
         # on yet (seen in CI: "no response from stream" on the first publish; nats.go retries a

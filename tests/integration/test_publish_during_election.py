@@ -23,6 +23,7 @@ from nats.js.api import StreamConfig
 
 from consumers.cli_stream import publish_inbound
 from consumers.cli_support import Cli
+from consumers.connect import patiently
 from consumers.nats_cluster import NatsCluster
 from consumers.publisher import Publisher, StreamAcks
 from consumers.settings import Settings
@@ -42,9 +43,9 @@ async def test_publishes_during_leader_step_downs_are_all_stored_once(nats_clust
     stream = "E" + uuid.uuid4().hex[:8].upper()
     nc = await nats.connect(nats_cluster.urls, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
     try:
-        await nc.jetstream(timeout=10).add_stream(
+        await patiently(lambda: nc.jetstream(timeout=10).add_stream(
             StreamConfig(name=stream, subjects=[f"{stream}.>"], num_replicas=3)
-        )
+        ), "create the stream", 60)
         await wait_for(lambda: leader_of(nc, stream), timeout_s=30, what="a stream leader")
         retries: list[int] = []
         acks = StreamAcks(nc, retry_s=20.0, retried=lambda: retries.append(1))
@@ -91,9 +92,9 @@ async def test_turnstile_sends_inbound_publishes_are_stored_once_across_step_dow
     nc = await nats.connect(nats_cluster.urls, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
     try:
         spec = next(s for s in cli.subjects.streams() if s.name == stream)
-        await nc.jetstream(timeout=10).add_stream(
+        await patiently(lambda: nc.jetstream(timeout=10).add_stream(
             StreamConfig(name=stream, subjects=list(spec.subjects), num_replicas=3, duplicate_window=120)
-        )
+        ), "create the stream", 60)
         await wait_for(lambda: leader_of(nc, stream), timeout_s=30, what="a stream leader")
         sent: list[str] = []
         stop = asyncio.Event()
@@ -129,7 +130,8 @@ async def test_events_sent_across_step_downs_are_all_answered_and_stored_exactly
     nc = await nats.connect(nats_cluster.urls, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
     try:
         js = nc.jetstream(timeout=10)
-        await js.add_stream(next(c for c in stream_configs(settings, subjects) if c.name == stream))
+        config = next(c for c in stream_configs(settings, subjects) if c.name == stream)
+        await patiently(lambda: js.add_stream(config), "create the stream", 60)
         await wait_for(lambda: leader_of(nc, stream), timeout_s=30, what="a stream leader")
         pub = Publisher(nc, js, subjects, timeout_s=20.0)
         watched: list[asyncio.Future[int]] = []
