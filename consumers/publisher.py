@@ -128,6 +128,11 @@ class KeptAck:
         return self._seq
 
 
+# A publish whose ack is awaited: its waiter (None: nobody waits), whether a refusal is logged, and what
+# was sent (subject, payload, header), kept to send it again.
+Awaited = tuple[AckWaiter | None, bool, bytes, Payload, bytes | None]
+
+
 def _expire(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():
         waiter.set_exception(TimeoutError())
@@ -167,9 +172,7 @@ class StreamAcks:
         self.wire = BufferedPublish(nc)
         self._prefix = b""
         self._next = 0
-        # token -> (the future of its ack, or None when nobody waits for it; log a refusal; and
-        # what was sent: subject, payload, header, kept for a retry)
-        self._waiting: dict[int, tuple[AckWaiter | None, bool, bytes, Payload, bytes | None]] = {}
+        self._waiting: dict[int, Awaited] = {}  # by token, in the order sent
         self._retry_s = retry_s
         self._retried = retried
         # token -> (when its retries end, the number of its next retry): publishes answered "no responders"
@@ -226,10 +229,19 @@ class StreamAcks:
         try:
             await self.wire.publish(subj, payload, reply, header)
         except BaseException:
-            self._waiting.pop(token, None)  # not sent (or not known to be): no ack will name it
-            if self._barriers:
-                self._pass_barriers()
+            self._forget(token)  # not sent (or not known to be): no ack will name it
             raise
+
+    def _forget(self, token: int) -> Awaited | None:
+        """Stop awaiting ``token``'s ack (answered, failed or given up on): its entry, or None if it had none."""
+        waiting = self._waiting.pop(token, None)
+        if self._retrying:
+            self._retrying.pop(token, None)
+        if self._unwatched_resent:
+            self._unwatched_resent.pop(token, None)
+        if self._barriers:
+            self._pass_barriers()
+        return waiting
 
     def _register(
         self, subject: str, waiter: AckWaiter | None, log_failure: bool, payload: Payload, header: bytes | None
@@ -300,15 +312,9 @@ class StreamAcks:
             return
         if headers and headers.get("Status") == NO_RESPONDERS and self._retry_later(token):
             return
-        waiting = self._waiting.pop(token, None)
+        waiting = self._forget(token)
         if waiting is None:
             return
-        if self._retrying:
-            self._retrying.pop(token, None)
-        if self._unwatched_resent:
-            self._unwatched_resent.pop(token, None)
-        if self._barriers:
-            self._pass_barriers()
         future, log_failure = waiting[0], waiting[1]
         if future is None:
             if log_failure:
@@ -377,10 +383,7 @@ class StreamAcks:
         if given_up:
             log.error("%d pipelined publishes were not acknowledged: no answer in %.0f s", len(given_up), self._retry_s)
             for token in given_up:
-                self._waiting.pop(token, None)
-                self._unwatched_resent.pop(token, None)
-            if self._barriers:
-                self._pass_barriers()
+                self._forget(token)
         if unanswered:
             log.warning("%d publishes had no answer for %.0f s (their stream's leader gone?): sent again",
                         len(unanswered), self._resend_s)
@@ -398,10 +401,7 @@ class StreamAcks:
             self._retrying.pop(token, None)
             return
         if waiting[0] is not None and waiting[0].done():  # its waiter gave up: nothing holds a barrier for it
-            self._waiting.pop(token, None)
-            self._retrying.pop(token, None)
-            if self._barriers:
-                self._pass_barriers()
+            self._forget(token)
             return
         if self._retried is not None:
             self._retried()
@@ -412,16 +412,13 @@ class StreamAcks:
         task.add_done_callback(self._resending.discard)
 
     async def _publish_again(
-        self, token: int, waiting: tuple[AckWaiter | None, bool, bytes, Payload, bytes | None]
+        self, token: int, waiting: Awaited
     ) -> None:
         waiter, log_failure, subj, payload, header = waiting
         try:
             await self.wire.publish(subj, payload, b"%b%d" % (self._prefix, token), header)
         except Exception as exc:  # the connection closed or is draining: fail as a first send would
-            if self._waiting.pop(token, None) is not None:
-                self._retrying.pop(token, None)
-                if self._barriers:
-                    self._pass_barriers()
+            if self._forget(token) is not None:
                 if waiter is None:
                     log.error("a pipelined publish was not acknowledged: %r", exc)
                 elif not waiter.done():

@@ -8,6 +8,7 @@ import uuid
 import orjson
 import pytest
 from nats.aio.client import Client
+from nats.js.api import StreamConfig
 from nats.js.errors import APIError, NoStreamResponseError
 
 from consumers.buffered_publish import header_block
@@ -18,6 +19,11 @@ from consumers.streams import stream_configs
 from core.errors import CheckpointFailed
 from schemas.subjects import Subjects
 from tests.waiting import wait_for
+
+
+def _service_stream(subjects: Subjects, name: str) -> StreamConfig:
+    """The service's own configuration of its stream ``name`` (consumers/streams.py)."""
+    return next(c for c in stream_configs(Settings(prefix=subjects.prefix), subjects) if c.name == name)
 
 
 async def test_acks_carry_the_sequence_a_stale_fence_is_refused_and_no_stream_is_an_error(nc: Client) -> None:
@@ -69,8 +75,7 @@ async def test_a_checkpoint_ack_is_kept_when_its_waiter_is_cancelled_and_a_stale
     # (shutdown), and a checkpoint fenced on an old sequence is CheckpointFailed.
     subjects = Subjects(prefix=f"ka{uuid.uuid4().hex[:6]}")
     js = nc.jetstream()
-    spec = next(s for s in subjects.streams() if s.name == subjects.checkpoint_stream)
-    await js.add_stream(name=spec.name, subjects=list(spec.subjects))
+    await js.add_stream(_service_stream(subjects, subjects.checkpoint_stream))
     pub = Publisher(nc, js, subjects, timeout_s=5.0)
     first = await pub.send_checkpoint("s-1", b"{}", None)
     waiting = asyncio.ensure_future(pub.checkpoint_acked("s-1", first, None))
@@ -84,7 +89,7 @@ async def test_a_checkpoint_ack_is_kept_when_its_waiter_is_cancelled_and_a_stale
     stale = await pub.send_checkpoint("s-1", b"{}", seq)
     with pytest.raises(CheckpointFailed, match="another worker"):
         await pub.checkpoint_acked("s-1", stale, seq)
-    await js.delete_stream(spec.name)
+    await js.delete_stream(subjects.checkpoint_stream)
 
 
 async def test_stored_so_far_returns_once_every_earlier_publish_is_in_its_stream(nc: Client) -> None:
@@ -147,8 +152,7 @@ async def test_a_resent_checkpoint_refused_by_its_fence_is_taken_as_stored_when_
     # the fence, is its very payload; another payload there (another writer) is still a refusal.
     subjects = Subjects(prefix=f"rs{uuid.uuid4().hex[:6]}")
     js = nc.jetstream()
-    spec = next(s for s in subjects.streams() if s.name == subjects.checkpoint_stream)
-    await js.add_stream(name=spec.name, subjects=list(spec.subjects))
+    await js.add_stream(_service_stream(subjects, subjects.checkpoint_stream))
     pub = Publisher(nc, js, subjects, timeout_s=5.0)
     first = await pub.checkpoint_acked("s-1", await pub.send_checkpoint("s-1", b'{"v": 1}', None), None)
     stored = await pub.checkpoint_acked("s-1", await pub.send_checkpoint("s-1", (b'{"v": ', b"2}"), first), first)
@@ -164,7 +168,7 @@ async def test_a_resent_checkpoint_refused_by_its_fence_is_taken_as_stored_when_
     not_resent = await pub.send_checkpoint("s-1", b'{"v": 2}', first)
     with pytest.raises(CheckpointFailed, match="another worker"):
         await pub.checkpoint_acked("s-1", not_resent, first)
-    await js.delete_stream(spec.name)
+    await js.delete_stream(subjects.checkpoint_stream)
 
 
 async def test_an_event_whose_answer_is_lost_is_sent_again_and_stored_once(nc: Client) -> None:
@@ -182,7 +186,7 @@ async def test_an_event_whose_answer_is_lost_is_sent_again_and_stored_once(nc: C
     taken = [await swallow.next_msg(1) for _ in range(2)]
     assert all(m.headers and m.headers.get("Nats-Msg-Id") for m in taken)
     await swallow.unsubscribe()
-    events = next(c for c in stream_configs(Settings(prefix=subjects.prefix), subjects) if c.name == subjects.events_stream)
+    events = _service_stream(subjects, subjects.events_stream)
     await js.add_stream(events)
     assert await asyncio.wait_for(watched, 5) == 1
     await wait_for(lambda: not pub._acks._waiting, timeout_s=5, what="the unwatched event to be answered")
@@ -202,7 +206,7 @@ async def test_an_event_stored_with_its_answer_lost_is_sent_again_and_dropped_as
     # sequence, so the turn waiting for the event goes on and the stream holds it once.
     subjects = Subjects(prefix=f"ev{uuid.uuid4().hex[:6]}")
     js = nc.jetstream()
-    events = next(c for c in stream_configs(Settings(prefix=subjects.prefix), subjects) if c.name == subjects.events_stream)
+    events = _service_stream(subjects, subjects.events_stream)
     assert events.duplicate_window == 30.0
     await js.add_stream(events)
     pub = Publisher(nc, js, subjects, timeout_s=5.0, resend_s=0.2)
