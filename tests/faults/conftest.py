@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import pytest
 
+from tests.hang_report import tasks_reported_before_timeout  # noqa: F401  (autouse: a hang names its awaits)
+
 LONG = "faults_long"
 
 

@@ -17,6 +17,7 @@ from consumers.service import TurnstileService
 from consumers.settings import Settings
 from schemas.subjects import Subjects
 from tests.cluster_fixture import nats_cluster  # noqa: F401  (the 3-node cluster fixture)
+from tests.hang_report import tasks_reported_before_timeout  # noqa: F401  (autouse: a hang names its awaits)
 
 
 @pytest.fixture(autouse=True)
