@@ -190,7 +190,8 @@ def bootstrap(
     tz = service_time_zone(s.time_zone)
     broker, js, db = connections.broker, connections.js, connections.db
     publisher = Publisher(
-        broker.connection, js, subjects, dlq_raw_max_bytes=s.dlq_raw_max_bytes, retried=metrics.publish_retries.inc
+        broker.connection, js, subjects, dlq_raw_max_bytes=s.dlq_raw_max_bytes, retried=metrics.publish_retries.inc,
+        direct_gets=s.stream_replicas == 1,  # replicated: a follower could answer a direct get with an older checkpoint
     )
     committer = GroupCommitter(db, sqlite_synchronous=s.sqlite_synchronous, lazy_wait_s=s.lazy_write_wait_s)
     inbox = SqlInbox(db, committer)
