@@ -1,9 +1,9 @@
-"""``python -m bench.timeline``: where one message's wall time goes in turnstile at one session.
+"""``python -m bench.timeline``: where one message's wall time goes in turnstile at one session (or a few).
 
 One nats-server and one service process (bench/profiled_service.py with the profiler off:
 the unmodified ``turnstile run`` plus SQLAlchemy listeners that log each commit's wall time
-and the tables it wrote). One session has two first turns, then ``--messages`` plain messages
-are published at ``--rate`` per second (far below capacity). Only messages that ran alone are
+and the tables it wrote). One session (``--sessions N``: N) has two first turns, then ``--messages`` plain messages
+are published at ``--rate`` per second (far below capacity), to the sessions in turn. Only messages that ran alone are
 summarised: answered before the next publish, the previous one answered before theirs (on a
 loaded machine some are not). ``--db pg`` runs the service on a fresh PostgreSQL database
 (127.0.0.1:5432, bench/pg.py) instead of a SQLite file. ``--worker floor`` runs bench/floor.py instead (NATS marks only:
@@ -178,7 +178,7 @@ def floor_shape(checkpoint_bytes: float) -> PublishShape:
 
 async def measure(
     messages: int, rate: float, work: Path, worker: str = "turnstile", db: str = "sqlite", *,
-    marks: bool = False, checkpoint_bytes: float = FLOOR_CHECKPOINT_BYTES,
+    marks: bool = False, checkpoint_bytes: float = FLOOR_CHECKPOINT_BYTES, sessions: int = 1,
 ) -> dict[str, Any]:
     """One run; ``worker`` is ``turnstile`` (marks + the service's commit log) or ``floor`` (NATS marks only);
     ``db`` is the service's store (``sqlite`` | ``pg``); ``marks``: the service's own marks too
@@ -187,13 +187,13 @@ async def measure(
         from bench.pg import fresh_database
 
         async with fresh_database("timeline") as name:
-            return await _measure(messages, rate, work, worker, name, marks, checkpoint_bytes)
-    return await _measure(messages, rate, work, worker, None, marks, checkpoint_bytes)
+            return await _measure(messages, rate, work, worker, name, marks, checkpoint_bytes, sessions)
+    return await _measure(messages, rate, work, worker, None, marks, checkpoint_bytes, sessions)
 
 
 async def _measure(
     messages: int, rate: float, work: Path, worker: str, pg_database: str | None, with_marks: bool,
-    checkpoint_bytes: float,
+    checkpoint_bytes: float, sessions: int = 1,
 ) -> dict[str, Any]:
     from bench.scenarios import plain_text  # imports LangGraph (the bench extra): not needed by the pure helpers
 
@@ -259,13 +259,13 @@ async def _measure(
         if worker != "floor":
             await child.wait_ready(READY_MARKER, READY_TIMEOUT_S)
         await driver.attach()
-        sids = session_ids(uuid.uuid4().hex[:8], 1)
+        sids = session_ids(uuid.uuid4().hex[:8], sessions)
         await driver.rounds(sids, 2, lambda r: "first turn", 60)
         if worker != "floor":
             os.kill(child.pid, signal.SIGUSR1)
         await asyncio.sleep(0.2)  # the signal handler has run (bounded; the window only needs to open before the first publish)
         active = True
-        paced = await driver.paced(message_plan(sids, messages, plain_text), rate, 1, 60)
+        paced = await driver.paced(message_plan(sids, messages, plain_text), rate, sessions, 60)
         await asyncio.sleep(0.5)  # the last message's events and marks after its reply (a bound, not a wait for a result)
         await flush(tap)
         active = False
@@ -293,6 +293,7 @@ async def _measure(
     commit_durations = [(entry[1] - entry[0]) * 1000 for entry in commit_log]
     return {
         "worker": worker,
+        "sessions": sessions,
         "checkpoint_bytes_mean": statistics.fmean(checkpoint_sizes) if checkpoint_sizes else None,
         "db": "pg" if pg_database is not None else "sqlite",
         "messages": messages,
@@ -318,7 +319,7 @@ def table(r: dict[str, Any]) -> str:
         if r["sql_commits_per_msg"] else ""
     )
     lines = [
-        f"{r['worker']} ({r.get('db', 'sqlite')}), one session, {r['messages']} plain messages at {r['rate_per_s']:g}/s ({r['answered']} answered,"
+        f"{r['worker']} ({r.get('db', 'sqlite')}), {r.get('sessions', 1)} session(s), {r['messages']} plain messages at {r['rate_per_s']:g}/s ({r['answered']} answered,"
         f" {r['isolated']} alone: summarised; driver reply latency p50 {lat['p50_ms']:.2f} ms, p99 {lat['p99_ms']:.2f} ms);"
         f"{sql} checkpoints {r['checkpoint_bytes_mean'] or 0:,.0f} B on average; load average {r['load_average'][0]:.1f}",
         f"{'mark':<44} {'median ms':>9} {'step ms':>8} {'p90 ms':>8} {'share':>6}",
@@ -343,6 +344,9 @@ def main() -> None:
                         help="turnstile: add the service's own marks on the serial path (bench/service_marks.py)")
     parser.add_argument("--checkpoint-bytes", type=float, default=FLOOR_CHECKPOINT_BYTES,
                         help="floor: its checkpoint size (turnstile's grow with the conversation)")
+    parser.add_argument("--sessions", type=int, default=1,
+                        help="sessions the messages go to in turn, each after two first turns (the load phase's 100: "
+                        "short checkpoints, every session loaded)")
     parser.add_argument("--out", type=Path, default=ROOT / "var" / "bench")
     args = parser.parse_args()
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -351,6 +355,7 @@ def main() -> None:
     try:
         result = asyncio.run(asyncio.wait_for(measure(
             args.messages, args.rate, work, args.worker, args.db, marks=args.marks, checkpoint_bytes=args.checkpoint_bytes,
+            sessions=args.sessions,
         ), 600))
     finally:
         shutil.rmtree(work, ignore_errors=True)
