@@ -193,7 +193,11 @@ class Settings(BaseSettings):
         description="complete checkpoints kept per session subject for replay (the last restores; live "
         "subscribers see every one; the journal and the events stream keep the whole history)",
     )
-    stream_replicas: int = Field(1, gt=0, description="stream replicas (cluster deployments)")
+    stream_replicas: int = Field(
+        1, gt=0,
+        description="stream replicas (cluster deployments); with 1 checkpoints are read back with a direct get, "
+        "with more through the API's get, which the stream's leader answers",
+    )
 
     # tools (docs/agent-developers.md)
     tool_modules: list[str] = Field(
