@@ -553,16 +553,15 @@ class Publisher:
         then on."""
         stream, subject = self.subjects.checkpoint_stream, self.subjects.checkpoint(session_id)
         try:
-            if not self._direct_gets:
+            try:
+                msg = await self.js.get_last_msg(stream, subject, direct=self._direct_gets)
+            except (NoRespondersError, NatsTimeoutError) as exc:
+                if not self._direct_gets:
+                    raise
                 msg = await self.js.get_last_msg(stream, subject)
-            else:
-                try:
-                    msg = await self.js.get_last_msg(stream, subject, direct=True)
-                except (NoRespondersError, NatsTimeoutError) as exc:
-                    msg = await self.js.get_last_msg(stream, subject)
-                    self._direct_gets = False
-                    log.warning("a direct get on %s was not answered (%r) and the API's was: reading checkpoints "
-                                "through the API from now on (allow_direct off?)", stream, exc)
+                self._direct_gets = False
+                log.warning("a direct get on %s was not answered (%r) and the API's was: reading checkpoints "
+                            "through the API from now on (allow_direct off?)", stream, exc)
         except NotFoundError:
             return None
         return int(msg.seq or 0), bytes(msg.data or b"")

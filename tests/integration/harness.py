@@ -10,6 +10,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from consumers.nats_flush import flush
+from consumers.service import TurnstileService
 from schemas.subjects import Subjects
 from tests.waiting import DEFAULT_TIMEOUT_S, wait_for  # noqa: F401 - re-exported for the integration tests
 
@@ -55,3 +56,19 @@ async def api(nc: Client, subjects: Subjects, resource: str, verb: str, body: di
     reply = await nc.request(subjects.api(resource, verb), raw, timeout=10)
     result: dict[str, Any] = orjson.loads(reply.data)
     return result
+
+
+async def answered_then_unloaded(
+    service: TurnstileService, nc: Client, subjects: Subjects, sid: str, replies: Collector
+) -> None:
+    """``sid`` answers one message ("first"), then a message to another session unloads it (a service
+    with ``max_loaded_sessions=1``)."""
+    await publish_inbound(nc, subjects, inbound(sid, "first"))
+    await wait_for(lambda: len(replies.messages) == 1, what="the first reply")
+    other = f"other-{uuid.uuid4().hex[:6]}"
+    others = await Collector().attach(nc, subjects.outbound("cli", other))
+    await publish_inbound(nc, subjects, inbound(other, "elsewhere"))
+    await wait_for(lambda: others.messages, what="the other session's reply")
+    actors = service.actors
+    assert actors is not None
+    await wait_for(lambda: actors.get(sid) is None, what="the first session to be unloaded")

@@ -21,7 +21,7 @@ from core.engine import JournalEntry
 from core.engine.journal import EntryKind
 from core.store.journal_repo import SqlHistoryJournal
 from schemas.subjects import Subjects
-from tests.integration.harness import Collector, inbound, publish_inbound, wait_for
+from tests.integration.harness import Collector, answered_then_unloaded, inbound, publish_inbound, wait_for
 
 pytestmark = [pytest.mark.timeout(90)]
 
@@ -78,15 +78,9 @@ async def _answered_then_unloaded(
     service: TurnstileService, nc: Client, subjects: Subjects, sid: str, replies: Collector
 ) -> None:
     """``sid`` answers one message, then a message to another session unloads it with its tail kept."""
-    await publish_inbound(nc, subjects, inbound(sid, "first"))
-    await wait_for(lambda: len(replies.messages) == 1, what="the first reply")
-    other = f"other-{uuid.uuid4().hex[:6]}"
-    others = await Collector().attach(nc, subjects.outbound("cli", other))
-    await publish_inbound(nc, subjects, inbound(other, "elsewhere"))
-    await wait_for(lambda: others.messages, what="the other session's reply")
-    actors, engines = service.actors, service.engines
-    assert actors is not None and engines is not None
-    await wait_for(lambda: actors.get(sid) is None, what="the first session to be unloaded")
+    await answered_then_unloaded(service, nc, subjects, sid, replies)
+    engines = service.engines
+    assert engines is not None
     await wait_for(lambda: len(engines.tails) >= 1, what="its tail to be kept")
 
 
