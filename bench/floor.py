@@ -20,9 +20,11 @@ transcript, no pydantic, no events beyond the measured count):
   publisher makes it, ``bench.shape.EventIds``), so a copy sent again after a lost answer is dropped.
 
 SQL: one SQLite file with turnstile's pragmas (``core/store/db.py``: WAL, busy timeout,
-``synchronous`` from ``TURNSTILE_SQLITE_SYNCHRONOUS``, default NORMAL), all writes through one
-group committer (every queued write in the next transaction, run on the event loop with NORMAL
-and in a writer thread with FULL, as ``core/store/committer.py`` does). Event and reply acks are
+``synchronous`` from ``TURNSTILE_SQLITE_SYNCHRONOUS``, default NORMAL, no checkpoint on commit),
+all writes through one group committer (every queued write in the next transaction, run on the
+event loop with NORMAL and in a writer thread with FULL, and the WAL checkpointed (PASSIVE) in a
+thread of its own every ``WAL_CHECKPOINT_EVERY`` transactions or ``WAL_CHECKPOINT_EVERY_OPS`` rows,
+as ``core/store/committer.py`` does). Event and reply acks are
 awaited without holding the session back (turnstile pipelines them too).
 
 Run as a child process: ``python -m bench.floor --nats-url … --prefix … --shape JSON --db PATH``.
@@ -53,6 +55,7 @@ from bench.shape import EventIds, PublishShape, Spreader, payload_size
 from bench.worker_link import open_worker
 from consumers.nats_flush import flush
 from consumers.settings import Settings
+from core.store.committer import WAL_CHECKPOINT_EVERY, WAL_CHECKPOINT_EVERY_OPS
 from core.store.db import SQLITE_BUSY_TIMEOUT_MS
 from schemas.subjects import Subjects
 from schemas.tokens import encode_sid
@@ -74,6 +77,7 @@ def open_db(path: Path, synchronous: str) -> sqlite3.Connection:
     conn.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
     conn.execute(f"PRAGMA synchronous={synchronous}")
     conn.execute("PRAGMA foreign_keys=ON")
+    conn.execute("PRAGMA wal_autocheckpoint=0")  # checkpointed in a thread of its own (Committer)
     for stmt in SCHEMA:
         conn.execute(stmt)
     return conn
@@ -88,6 +92,10 @@ class Committer:
         self._queue: asyncio.Queue[tuple[Write, asyncio.Future[None]]] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self.transactions = 0
+        self._database = conn.execute("PRAGMA database_list").fetchone()[2]
+        self._checkpoint_thread = ThreadPoolExecutor(1, thread_name_prefix="floor-checkpoint")
+        self._checkpointing: asyncio.Future[None] | None = None
+        self._since_checkpoint = (0, 0)  # (transactions, rows) since a WAL checkpoint started
 
     async def write(self, write: Write) -> None:
         if self._task is None:
@@ -106,6 +114,22 @@ class Committer:
             raise
         self._conn.execute("COMMIT")
 
+    def _count_for_checkpoint(self, rows: int) -> None:
+        """Checkpoint the WAL as turnstile's committer does: in a thread of its own, every
+        ``WAL_CHECKPOINT_EVERY`` transactions or ``WAL_CHECKPOINT_EVERY_OPS`` rows, never in a commit."""
+        transactions, written = self._since_checkpoint
+        self._since_checkpoint = transactions, written = transactions + 1, written + rows
+        if transactions < WAL_CHECKPOINT_EVERY and written < WAL_CHECKPOINT_EVERY_OPS:
+            return
+        if self._checkpointing is not None and not self._checkpointing.done():
+            return
+        self._since_checkpoint = (0, 0)
+        self._checkpointing = asyncio.get_running_loop().run_in_executor(self._checkpoint_thread, self._checkpoint)
+
+    def _checkpoint(self) -> None:
+        with contextlib.suppress(sqlite3.Error), contextlib.closing(sqlite3.connect(self._database, timeout=0)) as conn:
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+
     async def _run(self) -> None:
         while True:
             batch = [await self._queue.get()]
@@ -123,6 +147,7 @@ class Committer:
                         done.set_exception(exc)
                 continue
             self.transactions += 1
+            self._count_for_checkpoint(sum(len(rows) for _, rows in writes))
             for _, done in batch:
                 if not done.done():
                     done.set_result(None)
