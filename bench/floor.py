@@ -22,9 +22,8 @@ transcript, no pydantic, no events beyond the measured count):
 SQL: one SQLite file with turnstile's pragmas (``core/store/db.py``: WAL, busy timeout,
 ``synchronous`` from ``TURNSTILE_SQLITE_SYNCHRONOUS``, default NORMAL, no checkpoint on commit),
 all writes through one group committer (every queued write in the next transaction, run on the
-event loop with NORMAL and in a writer thread with FULL, and the WAL checkpointed (PASSIVE) in a
-thread of its own every ``WAL_CHECKPOINT_EVERY`` transactions or ``WAL_CHECKPOINT_EVERY_OPS`` rows,
-as ``core/store/committer.py`` does). Event and reply acks are
+event loop with NORMAL and in a writer thread with FULL, and the WAL checkpointed by turnstile's
+``core/store/wal_checkpoints.WalCheckpoints``, as ``core/store/committer.py`` does). Event and reply acks are
 awaited without holding the session back (turnstile pipelines them too).
 
 Run as a child process: ``python -m bench.floor --nats-url … --prefix … --shape JSON --db PATH``.
@@ -55,8 +54,8 @@ from bench.shape import EventIds, PublishShape, Spreader, payload_size
 from bench.worker_link import open_worker
 from consumers.nats_flush import flush
 from consumers.settings import Settings
-from core.store.committer import WAL_CHECKPOINT_EVERY, WAL_CHECKPOINT_EVERY_OPS
 from core.store.db import SQLITE_BUSY_TIMEOUT_MS
+from core.store.wal_checkpoints import WalCheckpoints
 from schemas.subjects import Subjects
 from schemas.tokens import encode_sid
 
@@ -92,10 +91,7 @@ class Committer:
         self._queue: asyncio.Queue[tuple[Write, asyncio.Future[None]]] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self.transactions = 0
-        self._database = conn.execute("PRAGMA database_list").fetchone()[2]
-        self._checkpoint_thread = ThreadPoolExecutor(1, thread_name_prefix="floor-checkpoint")
-        self._checkpointing: asyncio.Future[None] | None = None
-        self._since_checkpoint = (0, 0)  # (transactions, rows) since a WAL checkpoint started
+        self._wal = WalCheckpoints(conn.execute("PRAGMA database_list").fetchone()[2])  # as turnstile's
 
     async def write(self, write: Write) -> None:
         if self._task is None:
@@ -114,22 +110,6 @@ class Committer:
             raise
         self._conn.execute("COMMIT")
 
-    def _count_for_checkpoint(self, rows: int) -> None:
-        """Checkpoint the WAL as turnstile's committer does: in a thread of its own, every
-        ``WAL_CHECKPOINT_EVERY`` transactions or ``WAL_CHECKPOINT_EVERY_OPS`` rows, never in a commit."""
-        transactions, written = self._since_checkpoint
-        self._since_checkpoint = transactions, written = transactions + 1, written + rows
-        if transactions < WAL_CHECKPOINT_EVERY and written < WAL_CHECKPOINT_EVERY_OPS:
-            return
-        if self._checkpointing is not None and not self._checkpointing.done():
-            return
-        self._since_checkpoint = (0, 0)
-        self._checkpointing = asyncio.get_running_loop().run_in_executor(self._checkpoint_thread, self._checkpoint)
-
-    def _checkpoint(self) -> None:
-        with contextlib.suppress(sqlite3.Error), contextlib.closing(sqlite3.connect(self._database, timeout=0)) as conn:
-            conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
-
     async def _run(self) -> None:
         while True:
             batch = [await self._queue.get()]
@@ -147,7 +127,7 @@ class Committer:
                         done.set_exception(exc)
                 continue
             self.transactions += 1
-            self._count_for_checkpoint(sum(len(rows) for _, rows in writes))
+            self._wal.committed(asyncio.get_running_loop(), sum(len(rows) for _, rows in writes))
             for _, done in batch:
                 if not done.done():
                     done.set_result(None)

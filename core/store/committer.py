@@ -25,7 +25,7 @@ transaction under load (thread wake-ups and the GIL passed back and forth), on
 the critical path of every turn. The loop never waits for SQLite's write lock:
 if another connection holds it, that transaction runs in a thread that waits
 (busy timeout) instead. The WAL is checkpointed by a thread of its own in the background
-every ``WAL_CHECKPOINT_EVERY`` transactions or ``WAL_CHECKPOINT_EVERY_OPS`` operations, never by a commit. With
+(``core/store/wal_checkpoints.py``), never by a commit. With
 ``synchronous=FULL`` (each commit fsyncs) transactions always run in the thread. Elsewhere
 (PostgreSQL) the transaction runs on the async database engine via ``run_sync``: ``BEGIN``, the
 statements and ``COMMIT``, each a round trip. A write of exactly one statement
@@ -57,6 +57,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core.store.db import SQLITE_BUSY_TIMEOUT_MS, create_sqlite_writer_engine
 from core.store.driver_sql import Piece, joinable, run_pieces
+from core.store.wal_checkpoints import WalCheckpoints
 
 log = logging.getLogger(__name__)
 
@@ -66,11 +67,6 @@ Operation = Callable[[Connection], Any]
 DEFAULT_MAX_BATCH_OPS = 512
 # How long a lazy write waits for a write that is waited for, to share its transaction.
 DEFAULT_LAZY_WAIT_S = 0.05
-# A background WAL checkpoint (SQLite) starts after this many transactions or operations since the
-# last one, whichever comes first: each copies and fsyncs a bounded part of the WAL (a backlog's large
-# group transactions reach the operation count first), since its fsync holds up the broker's own.
-WAL_CHECKPOINT_EVERY = 100
-WAL_CHECKPOINT_EVERY_OPS = 1000
 # PostgreSQL: at most this many writes join in one statement (the answer and its ``turn_started``
 # record). Each distinct shape of joined statement is prepared once per connection (asyncpg's
 # statement cache): larger batches keep their transaction, whose statements' shapes are few.
@@ -122,18 +118,14 @@ class GroupCommitter:
         self._sync_engine: Engine | None = None
         self._writer_conn: Connection | None = None
         self._thread: ThreadPoolExecutor | None = None
-        self._checkpoint_thread: ThreadPoolExecutor | None = None
+        self._wal: WalCheckpoints | None = None
         if db_engine.dialect.name == "sqlite":
             self._sync_engine = create_sqlite_writer_engine(db_engine, sqlite_synchronous)
             self._thread = ThreadPoolExecutor(1, thread_name_prefix="sqlite-writer")
-            # The WAL checkpoint's own thread: its fsync of the database file (tens of ms after a
-            # busy spell) must not hold up a transaction that waits in the writer's thread.
-            self._checkpoint_thread = ThreadPoolExecutor(1, thread_name_prefix="sqlite-checkpoint")
+            self._wal = WalCheckpoints(self._sync_engine.url.database or "")
         self.transactions = 0
         self.operations = 0
-        self._since_checkpoint = (0, 0)  # (transactions, operations) since a WAL checkpoint started
         self.waited = 0  # SQLite transactions that found the write lock taken and ran in the thread
-        self._checkpointing: asyncio.Future[None] | None = None
 
     async def run(
         self, op: Callable[[Connection], T], *, lazy: bool = False, one_statement: bool = False,
@@ -189,9 +181,9 @@ class GroupCommitter:
                 await loop.run_in_executor(self._thread, self._sync_engine.dispose)
             self._thread.shutdown(wait=True)
             self._thread = None
-        if self._checkpoint_thread is not None:
-            self._checkpoint_thread.shutdown(wait=True)  # a checkpoint under way finishes first
-            self._checkpoint_thread = None
+        if self._wal is not None:
+            self._wal.shutdown()
+            self._wal = None
 
     async def _run(self, queue: deque[_Queued | object | None]) -> None:
         queued = self._queued
@@ -273,9 +265,8 @@ class GroupCommitter:
                     self.waited += 1
             if results is None:  # the lock was taken, or commits fsync: in the thread, which may wait
                 results = await loop.run_in_executor(self._thread, self._sync_transaction, ops, True)
-            self._since_checkpoint = (self._since_checkpoint[0] + 1, self._since_checkpoint[1] + len(ops))
-            if self._since_checkpoint[0] >= WAL_CHECKPOINT_EVERY or self._since_checkpoint[1] >= WAL_CHECKPOINT_EVERY_OPS:
-                self._checkpoint_wal(loop)
+            if self._wal is not None:
+                self._wal.committed(loop, len(ops))
         else:
             async with self._db_engine.begin() as conn:
                 results = await conn.run_sync(_run_all, ops)
@@ -341,22 +332,6 @@ class GroupCommitter:
                 conn.close()
             except Exception as exc:  # already broken: nothing more to release
                 log.debug("closing the SQLite writer connection failed: %r", exc)
-
-    def _checkpoint_wal(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Copy the WAL into the database file in the checkpoint's thread (PASSIVE: never blocks a writer)."""
-        if self._checkpointing is not None and not self._checkpointing.done():
-            return
-        self._since_checkpoint = (0, 0)
-        self._checkpointing = loop.run_in_executor(self._checkpoint_thread, self._passive_checkpoint)
-
-    def _passive_checkpoint(self) -> None:
-        assert self._sync_engine is not None
-        database = self._sync_engine.url.database
-        try:
-            with sqlite3.connect(database or "", timeout=0) as conn:
-                conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
-        except sqlite3.Error as exc:
-            log.debug("WAL checkpoint skipped: %r", exc)
 
 
 def _lock_taken(exc: OperationalError | sqlite3.OperationalError) -> bool:

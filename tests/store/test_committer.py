@@ -100,19 +100,20 @@ async def test_a_sqlite_write_waiting_for_the_lock_does_not_wait_for_a_wal_check
     import sqlite3
     import threading
 
-    import core.store.committer as committer_module
+    import core.store.wal_checkpoints as wal_module
+    from core.store.wal_checkpoints import WalCheckpoints
 
     async with engine.begin() as conn:
         await conn.execute(text("CREATE TABLE IF NOT EXISTS committer_probe (n INTEGER PRIMARY KEY)"))
         await conn.execute(text("DELETE FROM committer_probe"))
-    monkeypatch.setattr(committer_module, "WAL_CHECKPOINT_EVERY", 1)  # every transaction starts one
+    monkeypatch.setattr(wal_module, "WAL_CHECKPOINT_EVERY", 1)  # every transaction starts one
     checkpoint_started, checkpoint_may_end = threading.Event(), threading.Event()
 
-    def slow_checkpoint(self: GroupCommitter) -> None:
+    def slow_checkpoint(self: WalCheckpoints) -> None:
         checkpoint_started.set()
         checkpoint_may_end.wait(30)
 
-    monkeypatch.setattr(GroupCommitter, "_passive_checkpoint", slow_checkpoint)
+    monkeypatch.setattr(WalCheckpoints, "_checkpoint", slow_checkpoint)
     committer = GroupCommitter(engine)
 
     def insert(conn: Connection) -> None:
@@ -150,9 +151,9 @@ async def test_sqlite_wal_is_checkpointed_in_the_background_and_stays_small(
         pytest.skip("SQLite's WAL")
     import os
 
-    import core.store.committer as committer_module
+    import core.store.wal_checkpoints as wal_module
 
-    monkeypatch.setattr(committer_module, "WAL_CHECKPOINT_EVERY", 20)
+    monkeypatch.setattr(wal_module, "WAL_CHECKPOINT_EVERY", 20)
     async with engine.begin() as conn:
         await conn.execute(text("CREATE TABLE IF NOT EXISTS committer_blobs (n INTEGER PRIMARY KEY, b BLOB)"))
     committer = GroupCommitter(engine)
@@ -163,8 +164,9 @@ async def test_sqlite_wal_is_checkpointed_in_the_background_and_stays_small(
             await committer.run(
                 lambda conn, n=n: conn.execute(text("INSERT INTO committer_blobs (n, b) VALUES (:n, :b)"), {"n": n, "b": blob})
             )
-            if committer._checkpointing is not None:
-                await committer._checkpointing  # let each background checkpoint finish (deterministic)
+            checkpoints = committer._wal
+            if checkpoints is not None and checkpoints.running is not None:
+                await checkpoints.running  # let each background checkpoint finish (deterministic)
         assert committer.transactions >= 600
         # 600 writes of 8 KB would leave a WAL of ~5 MB without checkpoints.
         assert os.path.getsize(wal) < 1_000_000

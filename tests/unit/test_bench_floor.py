@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bench.floor import Committer, open_db
-from core.store.committer import WAL_CHECKPOINT_EVERY
+from core.store.wal_checkpoints import WAL_CHECKPOINT_EVERY
 
 
 def test_the_floor_opens_sqlite_with_turnstiles_pragmas(tmp_path: Path) -> None:
@@ -57,6 +57,6 @@ async def test_the_floor_checkpoints_its_wal_in_a_thread_every_n_transactions_ne
     assert db.stat().st_size == size  # every page still in the WAL
     await committer.write((insert, [("s", WAL_CHECKPOINT_EVERY, "user", b"x")]))
     deadline = asyncio.get_running_loop().time() + 10
-    while db.stat().st_size < 99 * 50_000:  # the checkpoint copies every row into the database file
+    while db.stat().st_size < (WAL_CHECKPOINT_EVERY - 1) * 50_000:  # the checkpoint copies every row into the database file
         assert asyncio.get_running_loop().time() < deadline, "no WAL checkpoint after WAL_CHECKPOINT_EVERY transactions"
         await asyncio.sleep(0.01)
