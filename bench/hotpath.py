@@ -2,7 +2,7 @@
 
 One nats-server and one service process (bench/profiled_service.py: the unmodified
 ``turnstile run`` under cProfile with SQLAlchemy counters), ``--sessions`` sessions
-that have each had a first turn, then ``--messages`` plain messages published at
+that have each had a first turn (``--turns``: that many), then ``--messages`` plain messages published at
 once; the window opens (SIGUSR1) before they are published and closes (SIGUSR2)
 after the last reply. Counted per message over that window:
 
@@ -161,17 +161,20 @@ def _thread_cpu(pid: int) -> tuple[float, float]:
     return main, other
 
 
-async def measure(sessions: int, messages: int, work: Path, store: str, profiled: bool = True) -> dict[str, Any]:
-    """One (profiled) window on SQLite (a temp file) or PostgreSQL (a fresh database)."""
+async def measure(
+    sessions: int, messages: int, work: Path, store: str, profiled: bool = True, turns: int = 1,
+) -> dict[str, Any]:
+    """One (profiled) window on SQLite (a temp file) or PostgreSQL (a fresh database), after ``turns``
+    first turns of every session."""
     if store == "postgres":
         async with fresh_database("hp") as name:
             db_env = {"TURNSTILE_DATABASE_URL": pg_url(name, "postgresql+asyncpg")}
-            return await _measure(sessions, messages, work, db_env, profiled)
-    return await _measure(sessions, messages, work, None, profiled)
+            return await _measure(sessions, messages, work, db_env, profiled, turns)
+    return await _measure(sessions, messages, work, None, profiled, turns)
 
 
 async def _measure(
-    sessions: int, messages: int, work: Path, db_env: dict[str, str] | None, profiled: bool
+    sessions: int, messages: int, work: Path, db_env: dict[str, str] | None, profiled: bool, turns: int = 1,
 ) -> dict[str, Any]:
     conf = work / "nats-open.conf"
     conf.write_text(without_roles((ROOT / "nats.conf").read_text()))
@@ -196,12 +199,14 @@ async def _measure(
         env["BENCH_PROFILE_OFF"] = "1"
     child = Child(["-m", "bench.profiled_service"], env, work / "service.log")
     driver = Driver(nc, subjects, Meters(server_meter, server_meter))
-    out: dict[str, Any] = {"sessions": sessions, "messages": messages, "store": "postgres" if db_env else "sqlite"}
+    out: dict[str, Any] = {
+        "sessions": sessions, "messages": messages, "turns": turns, "store": "postgres" if db_env else "sqlite",
+    }
     try:
         await child.wait_ready(READY_MARKER, READY_TIMEOUT_S)
         await driver.attach()
         sids = session_ids(uuid.uuid4().hex[:8], sessions)
-        await driver.rounds(sids, 1, lambda r: "first turn", 60)  # every session exists: later turns are plain
+        await driver.rounds(sids, turns, lambda r: "first turn", 60)  # every session exists: later turns are plain
         before = await stream_states(js, subjects)
         os.kill(child.pid, signal.SIGUSR1)
         tally.active = True
@@ -280,6 +285,8 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=None)
     parser.add_argument("--messages", type=int, default=None)
     parser.add_argument("--store", choices=["sqlite", "postgres"], default="sqlite")
+    parser.add_argument("--turns", type=int, default=1,
+                        help="first turns per session before the window (the load phase's 100-session drain leaves ~15)")
     parser.add_argument("--out", type=Path, default=ROOT / "var" / "bench")
     parser.add_argument("--no-profile", action="store_true",
                         help="counters and CPU of the unprofiled service (no cProfile, no split by area)")
@@ -288,7 +295,9 @@ def main() -> None:
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     work = args.out / f"work-hotpath-{stamp}"
     work.mkdir(parents=True, exist_ok=True)
-    result = asyncio.run(asyncio.wait_for(measure(args.sessions or sessions, args.messages or messages, work, args.store, not args.no_profile), 900))
+    result = asyncio.run(asyncio.wait_for(measure(
+        args.sessions or sessions, args.messages or messages, work, args.store, not args.no_profile, args.turns,
+    ), 900))
     result["started_at"] = stamp
     name = f"hotpath-{args.store}{'-unprofiled' if args.no_profile else ''}-latest"
     (args.out / f"{name}.json").write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))

@@ -2,7 +2,7 @@
 
 One nats-server and one service process (bench/profiled_service.py with the profiler off:
 the unmodified ``turnstile run`` plus SQLAlchemy listeners that log each commit's wall time
-and the tables it wrote). One session (``--sessions N``: N) has two first turns, then ``--messages`` plain messages
+and the tables it wrote). One session (``--sessions N``: N) has two first turns (``--turns``), then ``--messages`` plain messages
 are published at ``--rate`` per second (far below capacity), to the sessions in turn. Only messages that ran alone are
 summarised: answered before the next publish, the previous one answered before theirs (on a
 loaded machine some are not). ``--db pg`` runs the service on a fresh PostgreSQL database
@@ -178,22 +178,22 @@ def floor_shape(checkpoint_bytes: float) -> PublishShape:
 
 async def measure(
     messages: int, rate: float, work: Path, worker: str = "turnstile", db: str = "sqlite", *,
-    marks: bool = False, checkpoint_bytes: float = FLOOR_CHECKPOINT_BYTES, sessions: int = 1,
+    marks: bool = False, checkpoint_bytes: float = FLOOR_CHECKPOINT_BYTES, sessions: int = 1, turns: int = 2,
 ) -> dict[str, Any]:
     """One run; ``worker`` is ``turnstile`` (marks + the service's commit log) or ``floor`` (NATS marks only);
     ``db`` is the service's store (``sqlite`` | ``pg``); ``marks``: the service's own marks too
-    (bench/service_marks.py); ``checkpoint_bytes``: the floor's checkpoint size."""
+    (bench/service_marks.py); ``checkpoint_bytes``: the floor's checkpoint size; ``turns``: first turns per session."""
     if db == "pg":
         from bench.pg import fresh_database
 
         async with fresh_database("timeline") as name:
-            return await _measure(messages, rate, work, worker, name, marks, checkpoint_bytes, sessions)
-    return await _measure(messages, rate, work, worker, None, marks, checkpoint_bytes, sessions)
+            return await _measure(messages, rate, work, worker, name, marks, checkpoint_bytes, sessions, turns)
+    return await _measure(messages, rate, work, worker, None, marks, checkpoint_bytes, sessions, turns)
 
 
 async def _measure(
     messages: int, rate: float, work: Path, worker: str, pg_database: str | None, with_marks: bool,
-    checkpoint_bytes: float, sessions: int = 1,
+    checkpoint_bytes: float, sessions: int = 1, turns: int = 2,
 ) -> dict[str, Any]:
     from bench.scenarios import plain_text  # imports LangGraph (the bench extra): not needed by the pure helpers
 
@@ -260,7 +260,7 @@ async def _measure(
             await child.wait_ready(READY_MARKER, READY_TIMEOUT_S)
         await driver.attach()
         sids = session_ids(uuid.uuid4().hex[:8], sessions)
-        await driver.rounds(sids, 2, lambda r: "first turn", 60)
+        await driver.rounds(sids, turns, lambda r: "first turn", 60)
         if worker != "floor":
             os.kill(child.pid, signal.SIGUSR1)
         await asyncio.sleep(0.2)  # the signal handler has run (bounded; the window only needs to open before the first publish)
@@ -347,6 +347,9 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=1,
                         help="sessions the messages go to in turn, each after two first turns (the load phase's 100: "
                         "short checkpoints, every session loaded)")
+    parser.add_argument("--turns", type=int, default=2,
+                        help="first turns per session before the window (the load phase's 100-session drain leaves ~15: "
+                        "turnstile's checkpoints grow ~0.5 kB a turn)")
     parser.add_argument("--out", type=Path, default=ROOT / "var" / "bench")
     args = parser.parse_args()
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -355,7 +358,7 @@ def main() -> None:
     try:
         result = asyncio.run(asyncio.wait_for(measure(
             args.messages, args.rate, work, args.worker, args.db, marks=args.marks, checkpoint_bytes=args.checkpoint_bytes,
-            sessions=args.sessions,
+            sessions=args.sessions, turns=args.turns,
         ), 600))
     finally:
         shutil.rmtree(work, ignore_errors=True)

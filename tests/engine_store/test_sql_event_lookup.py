@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import uuid
 
+import pytest
+from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core.engine import EntryKind, JournalEntry
 from core.engine.answers import EVENT_KINDS, RESPONSE_KINDS, EventAnswers
+from core.store import journal_repo
 from core.store.journal_repo import SqlHistoryJournal
 
 AT = "2025-01-01T00:00:00+00:00"
@@ -52,4 +55,39 @@ async def test_event_ids_are_the_sessions_distinct_events_of_the_asked_kinds(eng
     assert await journal.event_ids(sid, RESPONSE_KINDS) == {"e1"}
     assert await journal.event_ids(sid, EVENT_KINDS) == {"e1", "e2"}
     assert await journal.event_ids(f"none-{uuid.uuid4()}", EVENT_KINDS) == set()
+    await journal.aclose()
+
+
+async def test_sqlite_reads_a_sessions_answered_events_on_the_loop_up_to_a_bound(
+    engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A reopened session with more events than its state remembers reads its answered event ids once
+    # (KS-14). On SQLite that read runs on the loop through the read-only connection, as a tail read
+    # does, not through the async pool's thread hops (~2 ms of the first message after a reopen);
+    # a session with more answered events than ``EVENT_IDS_ON_LOOP`` is read through the pool.
+    journal = SqlHistoryJournal(engine)
+    if journal._tail_reader is None:
+        pytest.skip("PostgreSQL reads through the pool only")
+    sid = f"s-{uuid.uuid4()}"
+    await journal.append(sid, [
+        _entry(i, EntryKind.REPLY, f"e{i}", f"t{i}", text="answer") for i in range(5)
+    ] + [_entry(5, EntryKind.USER_MESSAGE, "e5", "t5", text="unanswered", inbound_id="in-5")])
+    checkouts: list[object] = []
+
+    def checked_out(*args: object) -> None:
+        checkouts.append(args)
+
+    event.listen(engine.sync_engine.pool, "checkout", checked_out)
+    try:
+        answered = {f"e{i}" for i in range(5)}
+        assert await journal.event_ids(sid, RESPONSE_KINDS) == answered
+        assert checkouts == []
+        monkeypatch.setattr(journal_repo, "EVENT_IDS_ON_LOOP", 5)  # as many as it has: there may be more
+        assert await journal.event_ids(sid, RESPONSE_KINDS) == answered
+        assert len(checkouts) == 1
+        monkeypatch.setattr(journal_repo, "EVENT_IDS_ON_LOOP", 6)
+        assert await journal.event_ids(sid, RESPONSE_KINDS) == answered
+        assert len(checkouts) == 1
+    finally:
+        event.remove(engine.sync_engine.pool, "checkout", checked_out)
     await journal.aclose()
