@@ -3,9 +3,11 @@
 The state remembers the responses of the newest ``MAX_EXTERNAL_EVENTS`` events only (they
 ride in every checkpoint). ``EventAnswers`` is the durable view: built from the state when
 the state can know (the event is there, or nothing was ever evicted), else from the journal
-entries tied to the event (``HistoryJournal.entries_for_event``, an indexed lookup). So that
-a new event costs no read per message, a loaded session reads the ids of every event it
-responded to once (``HistoryJournal.event_ids``) and keeps that set current as it commits.
+entries tied to the event (``HistoryJournal.entries_for_event``, an indexed lookup): the first
+such lookup after a load reads that event alone. So that a new event costs no read per message
+after that, a loaded session then reads the ids of every event its journal holds entries for
+once (``HistoryJournal.event_ids``, an index-only read) and keeps that set current as it
+commits; an event in it is looked up, one outside it has no entries and so no answer.
 """
 
 from __future__ import annotations

@@ -74,8 +74,10 @@ class HistoryJournal(Protocol):
         """The entries of ``kinds`` tied to ``external_event_id`` in ``seq`` order (KS-14 lookups)."""
         ...
 
-    async def event_ids(self, session_id: str, kinds: Sequence[EntryKind]) -> set[str]:
-        """The external event ids the session's entries of ``kinds`` are tied to."""
+    async def event_ids(self, session_id: str) -> set[str]:
+        """At least every external event id the session's entries are tied to, of any kind (a store may
+        include ids of older generations it has not cleared yet): a member is checked with
+        ``entries_for_event``, a non-member has no entries."""
         ...
 
 
@@ -104,8 +106,8 @@ class GenerationalJournal(Protocol):
         """``generation``'s entries of ``kinds`` tied to ``external_event_id``, in ``seq`` order."""
         ...
 
-    async def event_ids(self, session_id: str, kinds: Sequence[EntryKind], *, generation: int = 0) -> set[str]:
-        """The external event ids ``generation``'s entries of ``kinds`` are tied to."""
+    async def event_ids(self, session_id: str, *, generation: int = 0) -> set[str]:
+        """At least every external event id ``generation``'s entries are tied to (``HistoryJournal.event_ids``)."""
         ...
 
 
@@ -184,7 +186,7 @@ class JournalOfGeneration:
             session_id, external_event_id, kinds, generation=self._generation_of(session_id)
         )
 
-    async def event_ids(self, session_id: str, kinds: Sequence[EntryKind]) -> set[str]:
-        return await self._journal.event_ids(session_id, kinds, generation=self._generation_of(session_id))
+    async def event_ids(self, session_id: str) -> set[str]:
+        return await self._journal.event_ids(session_id, generation=self._generation_of(session_id))
 
 

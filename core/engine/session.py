@@ -16,7 +16,6 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from core.engine import completion, group_context, openings
-from core.engine.answers import RESPONSE_KINDS
 from core.engine.attachments import attachment_drafts
 from core.engine.chatend import forget_memo
 from core.engine.drafts import Checkpoint, Draft, interrupted_result
@@ -84,8 +83,10 @@ class Session(SessionView):
         # State version of the last snapshot handed to a checkpoint callback (its "new" entries start here).
         self._published_version = state.next_seq
         self._events_json = EventsJson()  # the snapshot's events, encoded once each
-        # Every external event this session responded to (KS-14), read from the journal when first needed.
-        self._responded_events: set[str] | None = None
+        # Every external event the journal holds entries of (KS-14; a superset is fine: a member is looked
+        # up), read when needed a second time since the load (the first unknown event is looked up by itself).
+        self._known_events: set[str] | None = None
+        self._looked_up_one = False
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -196,8 +197,8 @@ class Session(SessionView):
             if entry.kind == EntryKind.OBJECT and "data_b64" in entry.payload:
                 self._object_bytes[entry.payload["object_id"]] = base64.b64decode(entry.payload["data_b64"])
             apply(self._state, entry)
-            if self._responded_events is not None and entry.external_event_id and entry.kind in RESPONSE_KINDS:
-                self._responded_events.add(entry.external_event_id)
+            if self._known_events is not None and entry.external_event_id:
+                self._known_events.add(entry.external_event_id)
         await self.publish(checkpoint)
         return entries
 

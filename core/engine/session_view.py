@@ -18,7 +18,8 @@ class SessionView:
     system_prompt: str
     _running_op: str | None
     journal: HistoryJournal
-    _responded_events: set[str] | None
+    _known_events: set[str] | None
+    _looked_up_one: bool
 
     def answer_for_external_event(self, external_event_id: str) -> dict[str, Any] | None:
         """The newest terminal response for exactly that event, or None (KS-14)."""
@@ -33,27 +34,44 @@ class SessionView:
         """KS-14 beyond the state's recent events: the responses and inbound ids of that event.
 
         From the state when it can know — the event is among its recent ones with its user
-        message still in the transcript, or it never dropped an event — else from the journal.
+        message still in the transcript, or it never dropped an event — else from the journal:
+        the first time after a load, that event's entries alone (one indexed read, whatever the
+        session's length: a reopened session's next message is often its only one); from the
+        second on, the ids of every event the journal holds entries of are read once (an
+        index-only read) and kept current, so a new event costs no read while the session stays
+        loaded, and an event among them is looked up.
         """
         recent = self._state.external_responses.get(external_event_id)
         if recent is None and len(self._state.external_responses) < MAX_EXTERNAL_EVENTS:
             return EventAnswers()
         if recent is None:
-            if self._responded_events is None:
-                responded = await self.journal.event_ids(self._state.session_id, RESPONSE_KINDS)
-                if self._responded_events is None:  # another lookup may have read it meanwhile
-                    self._responded_events = responded | set(self._state.external_responses)
-            if external_event_id not in self._responded_events:
+            if self._known_events is None and not self._looked_up_one:
+                self._looked_up_one = True
+                return await self._answers_in_journal(external_event_id)
+            if self._known_events is None:
+                known = await self.journal.event_ids(self._state.session_id)
+                if self._known_events is None:  # another lookup may have read it meanwhile
+                    self._known_events = known | set(self._state.external_responses)
+            if external_event_id not in self._known_events:
                 return EventAnswers()
-        if recent is not None:
-            users = [
-                (str(item.get("turn_id")), str(item["payload"]["inbound_id"])) for item in self._state.transcript
-                if item.get("kind") == "user_message" and item.get("external_event_id") == external_event_id
-                and (item.get("payload") or {}).get("inbound_id")
-            ]
-            if users:
-                return EventAnswers([dict(r) for r in recent], dict(reversed(users)))
+            return await self._answers_in_journal(external_event_id)
+        users = [
+            (str(item.get("turn_id")), str(item["payload"]["inbound_id"])) for item in self._state.transcript
+            if item.get("kind") == "user_message" and item.get("external_event_id") == external_event_id
+            and (item.get("payload") or {}).get("inbound_id")
+        ]
+        if users:
+            return EventAnswers([dict(r) for r in recent], dict(reversed(users)))
+        return EventAnswers.from_entries(
+            await self.journal.entries_for_event(self._state.session_id, external_event_id, EVENT_KINDS)
+        )
+
+    async def _answers_in_journal(self, external_event_id: str) -> EventAnswers:
+        """The event's answers from its journal entries; none when nothing responded to it (its user
+        message alone is no answer)."""
         entries = await self.journal.entries_for_event(self._state.session_id, external_event_id, EVENT_KINDS)
+        if not any(entry.kind in RESPONSE_KINDS for entry in entries):
+            return EventAnswers()
         return EventAnswers.from_entries(entries)
 
     def requires_history_ingress(self) -> bool:

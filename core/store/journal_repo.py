@@ -34,9 +34,10 @@ from core.store.session_tables import generations_table, sessions_table
 # Rows a reopen reads ahead (``newest``): a plain turn journals 3 (the user message; the answer and
 # the turn's end), and the tail past a checkpoint is usually empty.
 READ_AHEAD_ROWS = 4
-# SQLite: a session's answered event ids (KS-14: read once per loaded session, when it has more events
-# than its state remembers) are read on the event loop when it has fewer than this many, like a tail;
-# a read that comes back full goes through the async pool instead (a session that long would hold the loop).
+# SQLite: a session's event ids (KS-14: read once per loaded session, when it has more events than its
+# state remembers and a second one to look up) are read on the event loop when it has fewer than this
+# many, like a tail; a read that comes back full goes through the async pool (a session that long would
+# hold the loop).
 EVENT_IDS_ON_LOOP = 2048
 
 
@@ -142,7 +143,8 @@ class SqlHistoryJournal:
     async def entries_for_event(
         self, session_id: str, external_event_id: str, kinds: Sequence[EntryKind], *, generation: int = 0
     ) -> list[JournalEntry]:
-        """``generation``'s entries of ``kinds`` tied to the event in seq order (index ``ix_journal_entries_event``)."""
+        """``generation``'s entries of ``kinds`` tied to the event in seq order (index ``ix_journal_entries_event``:
+        one event's rows, whatever the session's length; on SQLite read on the loop, like a tail)."""
         query = (
             select(journal_entries)
             .where(
@@ -153,6 +155,12 @@ class SqlHistoryJournal:
             )
             .order_by(journal_entries.c.seq)
         )
+        if self._tail_reader is not None:
+            try:
+                with self._tail_reader.connect() as conn:
+                    return _as_entries(conn.execute(query).all())
+            except DBAPIError:
+                pass  # busy (the reader never waits on the loop): read through the pool
         return await self._entries(query)
 
     async def _entries(self, query: Select[Any]) -> list[JournalEntry]:
@@ -164,20 +172,19 @@ class SqlHistoryJournal:
             raise Unavailable(f"journal read failed: {exc.orig!r}") from exc
         return _as_entries(rows)
 
-    async def event_ids(self, session_id: str, kinds: Sequence[EntryKind], *, generation: int = 0) -> set[str]:
-        """Distinct event ids of ``generation``'s entries of ``kinds`` (read once per loaded session).
+    async def event_ids(self, session_id: str, *, generation: int = 0) -> set[str]:
+        """Every external event id the session's stored entries are tied to (read once per loaded session).
 
+        A superset of ``generation``'s (the port allows it): the ids of older generations not cleared
+        yet are included, and entries of every kind count, so the read is the event index alone
+        (``ix_journal_entries_event``: session id, event id), never the rows and their payloads.
         SQLite: on the loop through the read-only connection (~0.1 ms, where the async pool's thread
-        hops took ~2 ms of the first message after a reopen), unless the session has
-        ``EVENT_IDS_ON_LOOP`` or more of them."""
+        hops took ~2 ms of a message after a reopen), unless the session has ``EVENT_IDS_ON_LOOP``
+        or more events."""
+        j = journal_entries
         query = (
-            select(journal_entries.c.external_event_id)
-            .where(
-                journal_entries.c.session_id == session_id,
-                journal_entries.c.generation == generation,
-                journal_entries.c.external_event_id.is_not(None),
-                journal_entries.c.kind.in_([k.value for k in kinds]),
-            )
+            select(j.c.external_event_id)
+            .where(j.c.session_id == session_id, j.c.external_event_id.is_not(None))
             .distinct()
         )
         if self._tail_reader is not None:
@@ -195,7 +202,6 @@ class SqlHistoryJournal:
         except DBAPIError as exc:
             raise Unavailable(f"journal read failed: {exc.orig!r}") from exc
         return {str(row[0]) for row in rows}
-
 
     async def clear(self, session_id: str, *, before_generation: int | None = None) -> None:
         """Delete the session's history: of generations older than ``before_generation``, or all."""

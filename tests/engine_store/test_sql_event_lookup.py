@@ -9,7 +9,7 @@ from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core.engine import EntryKind, JournalEntry
-from core.engine.answers import EVENT_KINDS, RESPONSE_KINDS, EventAnswers
+from core.engine.answers import EVENT_KINDS, EventAnswers
 from core.store import journal_repo
 from core.store.journal_repo import SqlHistoryJournal
 
@@ -42,7 +42,9 @@ async def test_entries_for_event_returns_that_events_entries_of_the_asked_kinds_
     await journal.aclose()
 
 
-async def test_event_ids_are_the_sessions_distinct_events_of_the_asked_kinds(engine: AsyncEngine) -> None:
+async def test_event_ids_are_every_event_the_session_has_entries_of_whatever_their_kind(engine: AsyncEngine) -> None:
+    # A superset of the events it answered (a KS-14 lookup checks a member's entries); older
+    # generations not cleared yet may be in it, other sessions' events are not.
     journal = SqlHistoryJournal(engine)
     sid = f"s-{uuid.uuid4()}"
     await journal.append(sid, [
@@ -52,19 +54,23 @@ async def test_event_ids_are_the_sessions_distinct_events_of_the_asked_kinds(eng
         _entry(3, EntryKind.USER_MESSAGE, "e2", "t2", text="unanswered", inbound_id="in-2"),
         _entry(4, EntryKind.NOTICE, None, "t3", text="no event"),
     ])
-    assert await journal.event_ids(sid, RESPONSE_KINDS) == {"e1"}
-    assert await journal.event_ids(sid, EVENT_KINDS) == {"e1", "e2"}
-    assert await journal.event_ids(f"none-{uuid.uuid4()}", EVENT_KINDS) == set()
+    await journal.append(f"o-{uuid.uuid4()}", [_entry(0, EntryKind.REPLY, "e-other", "t9", text="not mine")])
+    await journal.append(sid, [_entry(0, EntryKind.REPLY, "e3", "t4", text="next generation")], generation=1)
+    assert {"e1", "e2"} <= await journal.event_ids(sid) <= {"e1", "e2", "e3"}
+    assert await journal.event_ids(sid, generation=1) >= {"e3"}
+    assert "e-other" not in await journal.event_ids(sid)
+    assert await journal.event_ids(f"none-{uuid.uuid4()}") == set()
     await journal.aclose()
 
 
-async def test_sqlite_reads_a_sessions_answered_events_on_the_loop_up_to_a_bound(
+async def test_sqlite_reads_an_events_entries_and_the_sessions_event_ids_on_the_loop_up_to_a_bound(
     engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A reopened session with more events than its state remembers reads its answered event ids once
-    # (KS-14). On SQLite that read runs on the loop through the read-only connection, as a tail read
-    # does, not through the async pool's thread hops (~2 ms of the first message after a reopen);
-    # a session with more answered events than ``EVENT_IDS_ON_LOOP`` is read through the pool.
+    # A reopened session with more events than its state remembers looks up an unknown event's entries,
+    # then (a second one) reads its event ids once (KS-14). On SQLite both run on the loop through the
+    # read-only connection, as a tail read does, not through the async pool's thread hops (~2 ms of the
+    # first message after a reopen); a session with ``EVENT_IDS_ON_LOOP`` events or more has its ids
+    # read through the pool.
     journal = SqlHistoryJournal(engine)
     if journal._tail_reader is None:
         pytest.skip("PostgreSQL reads through the pool only")
@@ -79,14 +85,16 @@ async def test_sqlite_reads_a_sessions_answered_events_on_the_loop_up_to_a_bound
 
     event.listen(engine.sync_engine.pool, "checkout", checked_out)
     try:
-        answered = {f"e{i}" for i in range(5)}
-        assert await journal.event_ids(sid, RESPONSE_KINDS) == answered
+        events = {f"e{i}" for i in range(6)}
+        assert [e.seq for e in await journal.entries_for_event(sid, "e3", EVENT_KINDS)] == [3]
+        assert await journal.entries_for_event(sid, "e9", EVENT_KINDS) == []
+        assert await journal.event_ids(sid) == events
         assert checkouts == []
-        monkeypatch.setattr(journal_repo, "EVENT_IDS_ON_LOOP", 5)  # as many as it has: there may be more
-        assert await journal.event_ids(sid, RESPONSE_KINDS) == answered
+        monkeypatch.setattr(journal_repo, "EVENT_IDS_ON_LOOP", 6)  # as many as it has: there may be more
+        assert await journal.event_ids(sid) == events
         assert len(checkouts) == 1
-        monkeypatch.setattr(journal_repo, "EVENT_IDS_ON_LOOP", 6)
-        assert await journal.event_ids(sid, RESPONSE_KINDS) == answered
+        monkeypatch.setattr(journal_repo, "EVENT_IDS_ON_LOOP", 7)
+        assert await journal.event_ids(sid) == events
         assert len(checkouts) == 1
     finally:
         event.remove(engine.sync_engine.pool, "checkout", checked_out)

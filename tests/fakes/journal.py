@@ -53,10 +53,10 @@ class InMemoryJournal:
             if e.external_event_id == external_event_id and e.kind in kinds
         ]
 
-    async def event_ids(self, session_id: str, kinds: Sequence[EntryKind], *, generation: int = 0) -> set[str]:
-        """Event ids of ``generation``'s entries of ``kinds``."""
+    async def event_ids(self, session_id: str, *, generation: int = 0) -> set[str]:
+        """Event ids of ``generation``'s entries (exactly those: the port allows a superset)."""
         entries = self._entries.get((session_id, generation), [])
-        return {e.external_event_id for e in entries if e.external_event_id and e.kind in kinds}
+        return {e.external_event_id for e in entries if e.external_event_id}
 
     def truncate_after(self, session_id: str, seq: int, *, generation: int = 0) -> None:
         """Test helper: drop entries with ``seq`` greater than ``seq`` (simulates lost writes)."""
