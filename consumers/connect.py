@@ -38,6 +38,9 @@ log = logging.getLogger(__name__)
 PROBE_TIMEOUT_S = 2.0
 T = TypeVar("T")
 UNAVAILABLE_CODE = 503
+# JetStream's "no suitable peers for placement": with "peer offline", a cluster that has just formed (or
+# a restarting node) has not heard from every peer yet; with any other reason, an answer.
+NO_PLACEMENT_ERR_CODE = 10005
 
 
 class BrokerUnreachable(StartupError):
@@ -115,6 +118,8 @@ def not_now(exc: BaseException) -> bool:
         return True
     if isinstance(exc, APIError):
         # Not every APIError carries a code: nats-py's KeyValue errors (KeyNotFoundError, …) set none.
+        if getattr(exc, "err_code", None) == NO_PLACEMENT_ERR_CODE:
+            return "peer offline" in str(getattr(exc, "description", "") or "")
         return getattr(exc, "code", None) == UNAVAILABLE_CODE
     return isinstance(
         exc, nats.errors.TimeoutError | TimeoutError | nats.errors.ConnectionReconnectingError
