@@ -110,13 +110,8 @@ class SqlHistoryJournal:
         if from_seq:
             where = and_(where, journal_entries.c.seq >= from_seq)
         query = select(journal_entries).where(where).order_by(journal_entries.c.seq)
-        if from_seq and self._tail_reader is not None:
-            try:
-                with self._tail_reader.connect() as conn:
-                    return _as_entries(conn.execute(query).all())
-            except DBAPIError:
-                pass  # busy (the reader never waits on the loop): read through the pool
-        return await self._entries(query)
+        rows = self._read_on_loop(query) if from_seq else None
+        return _as_entries(rows) if rows is not None else await self._entries(query)
 
     @property
     def reads_ahead(self) -> bool:
@@ -155,13 +150,19 @@ class SqlHistoryJournal:
             )
             .order_by(journal_entries.c.seq)
         )
-        if self._tail_reader is not None:
-            try:
-                with self._tail_reader.connect() as conn:
-                    return _as_entries(conn.execute(query).all())
-            except DBAPIError:
-                pass  # busy (the reader never waits on the loop): read through the pool
-        return await self._entries(query)
+        rows = self._read_on_loop(query)
+        return _as_entries(rows) if rows is not None else await self._entries(query)
+
+    def _read_on_loop(self, query: Select[Any]) -> Sequence[Any] | None:
+        """SQLite: ``query``'s rows read on the event loop through the read-only connection; None on
+        PostgreSQL, or when that read fails (busy: the reader never waits on the loop), for the pool to read."""
+        if self._tail_reader is None:
+            return None
+        try:
+            with self._tail_reader.connect() as conn:
+                return conn.execute(query).all()
+        except DBAPIError:
+            return None
 
     async def _entries(self, query: Select[Any]) -> list[JournalEntry]:
         """Run a query over journal rows and read them back as entries; Unavailable when the read fails."""
@@ -187,15 +188,10 @@ class SqlHistoryJournal:
             .where(j.c.session_id == session_id, j.c.external_event_id.is_not(None))
             .distinct()
         )
-        if self._tail_reader is not None:
-            bound = EVENT_IDS_ON_LOOP
-            try:
-                with self._tail_reader.connect() as conn:
-                    rows = conn.execute(query.limit(bound)).all()
-                if len(rows) < bound:
-                    return {str(row[0]) for row in rows}
-            except DBAPIError:
-                pass  # busy (the reader never waits on the loop): read through the pool
+        bound = EVENT_IDS_ON_LOOP
+        near = self._read_on_loop(query.limit(bound))
+        if near is not None and len(near) < bound:
+            return {str(row[0]) for row in near}
         try:
             async with self._reads.connect() as conn:
                 rows = (await conn.execute(query)).all()

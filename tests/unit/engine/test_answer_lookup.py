@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from core.engine import Session
 from core.engine.state import MAX_EXTERNAL_EVENTS
 from tests.fakes.journal import InMemoryJournal
 
@@ -65,9 +66,7 @@ async def test_a_long_session_reads_its_responded_events_once_and_keeps_them_cur
     # session's responded events are read once, so new events cost no journal read per message; events
     # answered after that read are still found once the state has dropped them.
     session = await make_session()
-    for i in range(MAX_EXTERNAL_EVENTS + 2):
-        await session.begin_user_turn(f"message {i}", {"external_event_id": f"ev-{i}", "inbound_id": f"in-{i}"})
-        await session.run_pending_turn(f"op-{i}", Recorder())
+    await _answer_events(session, range(MAX_EXTERNAL_EVENTS + 2))
     reads = _count_reads(journal)
     assert (await session.lookup_external_event("ev-new-1")).answer is None
     assert reads == ["entries_for_event"]
@@ -75,9 +74,7 @@ async def test_a_long_session_reads_its_responded_events_once_and_keeps_them_cur
     assert (await session.lookup_external_event("ev-new-3")).answer is None
     assert reads == ["entries_for_event", "event_ids"]
     later = MAX_EXTERNAL_EVENTS + 2
-    for i in range(later, later + MAX_EXTERNAL_EVENTS + 1):  # ev-<later> leaves the state again
-        await session.begin_user_turn(f"message {i}", {"external_event_id": f"ev-{i}", "inbound_id": f"in-{i}"})
-        await session.run_pending_turn(f"op-{i}", Recorder())
+    await _answer_events(session, range(later, later + MAX_EXTERNAL_EVENTS + 1))  # ev-<later> leaves the state again
     assert session.answer_for_external_event(f"ev-{later}") is None
     found = await session.lookup_external_event(f"ev-{later}")
     assert found.answer is not None and found.answer["text"] == f"echo: message {later}"
@@ -92,13 +89,12 @@ async def test_the_first_unknown_event_after_a_load_is_one_indexed_read_answered
     # that event's entries, never the list of every event it answered; unanswered entries of an event
     # (its user message alone) are no answer.
     session = await make_session()
-    for i in range(MAX_EXTERNAL_EVENTS + 2):
-        await session.begin_user_turn(f"message {i}", {"external_event_id": f"ev-{i}", "inbound_id": f"in-{i}"})
-        await session.run_pending_turn(f"op-{i}", Recorder())
+    await _answer_events(session, range(MAX_EXTERNAL_EVENTS + 2))
     await session.begin_user_turn("left pending", {"external_event_id": "ev-pending", "inbound_id": "in-p"})
+    reads = _count_reads(journal)
     for event_id, answered in (("ev-0", True), ("ev-never", False), ("ev-pending", False)):
         reopened = await make_session()  # the same journal, a new load
-        reads = _count_reads(journal)
+        reads.clear()
         answers = await reopened.lookup_external_event(event_id)
         assert (answers.answer is not None) is answered, event_id
         assert reads == ["entries_for_event"], event_id
@@ -107,6 +103,13 @@ async def test_the_first_unknown_event_after_a_load_is_one_indexed_read_answered
             assert answers.answering_inbound_id == "in-0"
         else:
             assert answers.replies == [] and answers.turn_id is None
+
+
+async def _answer_events(session: Session, numbers: range) -> None:
+    """One answered turn per number n: event ``ev-<n>``, inbound ``in-<n>``, the text ``message <n>``."""
+    for i in numbers:
+        await session.begin_user_turn(f"message {i}", {"external_event_id": f"ev-{i}", "inbound_id": f"in-{i}"})
+        await session.run_pending_turn(f"op-{i}", Recorder())
 
 
 def _count_reads(journal: InMemoryJournal) -> list[str]:
