@@ -392,6 +392,10 @@ class TurnRunner:
                 delivered = await self.replies.deliver_outputs(engine, target, generation)
             except StaleGeneration:
                 stale = True
+            if delivered:
+                # As after turn.started: the reply waits in the connection's buffer until this task
+                # yields; let the flusher write it before turn.ended's bookkeeping, not after.
+                await asyncio.sleep(0)
         if stale:
             await self._events.ended(engine, self._generation, "aborted", None, **plan.ended)
             return TurnResult("aborted", None, delivered, stale=True)

@@ -36,6 +36,26 @@ class Collector:
         return [m.subject for m in self.messages]
 
 
+def socket_writes(nc: Client) -> list[bytes]:
+    """Every chunk the connection writes to its socket from now on, in order."""
+    chunks: list[bytes] = []
+    transport = nc._transport
+    assert transport is not None
+    write, writelines = transport.write, transport.writelines
+
+    def recording_write(payload: bytes) -> None:
+        chunks.append(payload)
+        write(payload)
+
+    def recording_writelines(payload: list[bytes]) -> None:
+        chunks.append(b"".join(payload))
+        writelines(payload)
+
+    transport.write = recording_write  # type: ignore[method-assign]
+    transport.writelines = recording_writelines  # type: ignore[method-assign]
+    return chunks
+
+
 def inbound(session_id: str | None, text: str, platform: str = "cli", **extra: Any) -> dict[str, Any]:
     body: dict[str, Any] = {"id": uuid.uuid4().hex, "session_id": session_id, "platform": platform, "text": text}
     body.update(extra)

@@ -16,28 +16,9 @@ from nats.aio.msg import Msg
 
 from consumers.nats_flush import flush
 from consumers.nats_server import NatsServer
+from tests.integration.harness import socket_writes
 
 PING = b"PING\r\n"
-
-
-def _written(nc: Client) -> list[bytes]:
-    """Every chunk the connection writes to its socket from now on, in order."""
-    chunks: list[bytes] = []
-    transport = nc._transport
-    assert transport is not None
-    write, writelines = transport.write, transport.writelines
-
-    def recording_write(payload: bytes) -> None:
-        chunks.append(payload)
-        write(payload)
-
-    def recording_writelines(payload: list[bytes]) -> None:
-        chunks.append(b"".join(payload))
-        writelines(payload)
-
-    transport.write = recording_write  # type: ignore[method-assign]
-    transport.writelines = recording_writelines  # type: ignore[method-assign]
-    return chunks
 
 
 def _order(chunks: list[bytes], subject: str) -> list[str]:
@@ -49,14 +30,14 @@ def _order(chunks: list[bytes], subject: str) -> list[str]:
 
 async def test_nats_py_flush_sends_its_ping_ahead_of_a_queued_sub(nc: Client) -> None:
     # Why the module exists. When nats-py fixes it, this fails: drop consumers/nats_flush.py.
-    chunks = _written(nc)
+    chunks = socket_writes(nc)
     await nc.subscribe("flush.nats-py")
     await nc.flush()
     assert _order(chunks, "flush.nats-py") == ["PING", "SUB"]
 
 
 async def test_our_flush_sends_the_ping_behind_everything_queued(nc: Client) -> None:
-    chunks = _written(nc)
+    chunks = socket_writes(nc)
     await nc.subscribe("flush.ours")
     await flush(nc)
     assert _order(chunks, "flush.ours") == ["SUB", "PING"]
