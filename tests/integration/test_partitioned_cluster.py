@@ -144,8 +144,8 @@ async def stored_texts(nc: Client, subjects: Subjects, sid: str, with_ids: bool 
 
 
 async def diagnosis(nc: Client, subjects: Subjects, sid: str, settings: Settings) -> str:
-    """What a failure needs to be read: the session's stored replies, its inbox rows, the partition
-    consumers' positions and owners."""
+    """What a failure needs to be read: the session's stored replies, its inbox rows and journal, its
+    last drop's reason, the partition consumers' positions and owners."""
     lines = [f"stored replies of {sid}: {await stored_texts(nc, subjects, sid, with_ids=True)}"]
     engine = create_async_engine(settings.database_url)
     try:
@@ -164,6 +164,11 @@ async def diagnosis(nc: Client, subjects: Subjects, sid: str, settings: Settings
     finally:
         await engine.dispose()
     js = nc.jetstream()
+    try:  # why a message was dropped (its last message.dropped event, with the reason)
+        dropped = await js.get_last_msg(subjects.events_stream, subjects.event(sid, "message.dropped"))
+        lines.append(f"last message.dropped: {dropped.data[:400]!r}")
+    except Exception as exc:
+        lines.append(f"last message.dropped: none ({exc!r})")
     for part in range(PARTITIONS):
         try:
             info = await js.consumer_info(subjects.inbound_stream, partition_consumer(settings.consumer_name, part))
