@@ -113,5 +113,7 @@ class MessageRetries:
         data: dict[str, Any] = {"inbound_id": inbound.id, "reason": reason, "generation": staged.generation}
         if detail:
             data["detail"] = detail
+        log.info("session %s: %s dropped without a turn (%s%s)", self.session_id, staged.message_id, reason,
+                 f": {detail}" if detail else "")
         self._publishes.unsettled.append(await self._pub.emit(self.session_id, "message.dropped", data))
         self._inbox.mark(staged, DROPPED)
