@@ -18,7 +18,7 @@ from consumers.replies import ReplySender, ReplyTarget
 from consumers.turn_inputs import external_id_of, principal_of
 from consumers.turn_steps import Checkpointer, TurnPlan, TurnResult
 from core.engine import Session
-from core.errors import CheckpointFailed, OwnershipLost, StaleGeneration, TurnstileError, Unavailable
+from core.errors import CheckpointFailed, StaleGeneration, TurnstileError, Unavailable
 from core.store.inbox import StagedMessage
 from schemas.wire import InboundMessage
 
@@ -107,9 +107,9 @@ class InboundTurn:
                 began = await engine.begin_user_turn(
                     inbound.text, metadata, checkpoint=host.checkpointer(inbound.id, "message_staged")
                 )
-            except (CheckpointFailed, Unavailable, OwnershipLost):
+            except (CheckpointFailed, Unavailable):
                 # Not the message's fault: retried (MessageRetries), or, when the partition moved
-                # (the journal append refused by the epoch fence), left staged for the new owner.
+                # (OwnershipLost: the journal append refused by the epoch fence), left staged for the new owner.
                 raise
             except TurnstileError as exc:
                 await host.drop(staged, inbound, exc.code, exc.message)

@@ -47,7 +47,7 @@ from consumers.turn_steps import Checkpointer, TurnPlan, TurnResult, TurnSteps
 from core.engine import FORMAT_VERSION, JournalOfGeneration, Session, SessionOptions, TurnExhausted
 from core.engine.policy import MidTurnAction, MidTurnPolicy, decide_mid_turn
 from core.engine.snapshot import EncodedSnapshot
-from core.errors import Cancelled, CheckpointFailed, OwnershipLost, StaleGeneration, TurnstileError, Unavailable
+from core.errors import Cancelled, CheckpointFailed, StaleGeneration, TurnstileError, Unavailable
 from core.sessions.rules import from_elsewhere
 from core.store.inbox import SqlInbox, StagedMessage
 from schemas.wire import Checkpoint, InboundMessage
@@ -480,7 +480,7 @@ class TurnRunner:
         except Cancelled:
             self._operation = None
             return await self._stopped(engine, checkpoint)
-        except (CheckpointFailed, Unavailable, OwnershipLost):
+        except (CheckpointFailed, Unavailable):  # OwnershipLost is an Unavailable
             # Not the turn's failure: a checkpoint or journal write refused or unreachable (the store
             # away, or the partition moved: OwnershipLost). The message stays staged and is retried,
             # or served by the new owner; finishing it as a failed turn would leave it unanswered.

@@ -77,7 +77,8 @@ class Cancelled(TurnstileError):
     code = "cancelled"
 
 
-class OwnershipLost(TurnstileError):
-    """Raised when another process owns the session now (its partition moved): the work stops here, nothing is written."""
+class OwnershipLost(Unavailable):
+    """Raised when another process owns the session now (its partition moved): the work stops here, nothing is written.
 
-    code = "unavailable"
+    Unavailable here, so whatever leaves an unavailable store's work staged does the same with it;
+    it is not retried in this process (``consumers/retry_policy.py``): the new owner serves it."""
