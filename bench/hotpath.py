@@ -3,8 +3,8 @@
 One nats-server and one service process (bench/profiled_service.py: the unmodified
 ``turnstile run`` under cProfile with SQLAlchemy counters), ``--sessions`` sessions
 that have each had a first turn (``--turns``: that many), then ``--messages`` plain messages published at
-once; the window opens (SIGUSR1) before they are published and closes (SIGUSR2)
-after the last reply. Counted per message over that window:
+once (``--rate R``: paced, one every 1/R s, as the load phase's paced window); the window opens
+(SIGUSR1) before they are published and closes (SIGUSR2) after the last reply. Counted per message over that window:
 
 - JetStream publishes by stream and kind, from a core subscription on the prefix's
   subjects (checkpoints with their fencing header, events by type, replies) and
@@ -163,18 +163,20 @@ def _thread_cpu(pid: int) -> tuple[float, float]:
 
 async def measure(
     sessions: int, messages: int, work: Path, store: str, profiled: bool = True, turns: int = 1,
+    rate: float | None = None,
 ) -> dict[str, Any]:
     """One (profiled) window on SQLite (a temp file) or PostgreSQL (a fresh database), after ``turns``
-    first turns of every session."""
+    first turns of every session; ``rate``: the messages paced at that many a second."""
     if store == "postgres":
         async with fresh_database("hp") as name:
             db_env = {"TURNSTILE_DATABASE_URL": pg_url(name, "postgresql+asyncpg")}
-            return await _measure(sessions, messages, work, db_env, profiled, turns)
-    return await _measure(sessions, messages, work, None, profiled, turns)
+            return await _measure(sessions, messages, work, db_env, profiled, turns, rate)
+    return await _measure(sessions, messages, work, None, profiled, turns, rate)
 
 
 async def _measure(
     sessions: int, messages: int, work: Path, db_env: dict[str, str] | None, profiled: bool, turns: int = 1,
+    rate: float | None = None,
 ) -> dict[str, Any]:
     conf = work / "nats-open.conf"
     conf.write_text(without_roles((ROOT / "nats.conf").read_text()))
@@ -201,6 +203,7 @@ async def _measure(
     driver = Driver(nc, subjects, Meters(server_meter, server_meter))
     out: dict[str, Any] = {
         "sessions": sessions, "messages": messages, "turns": turns, "store": "postgres" if db_env else "sqlite",
+        "rate_per_s": rate,
     }
     try:
         await child.wait_ready(READY_MARKER, READY_TIMEOUT_S)
@@ -211,7 +214,12 @@ async def _measure(
         os.kill(child.pid, signal.SIGUSR1)
         tally.active = True
         cpu0, (main0, other0), srv0, t0 = child.meter.cpu_s(), _thread_cpu(child.pid), server_meter.cpu_s(), time.perf_counter()
-        await driver.preload(message_plan(sids, messages, plain_text))
+        plan = message_plan(sids, messages, plain_text)
+        if rate is None:
+            await driver.preload(plan)
+        else:
+            paced = await driver.paced(plan, rate, sessions, 120)
+            out["paced_latency_ms"] = {"p50": paced.latency.p50_ms, "p99": paced.latency.p99_ms}
         if not await wait_until(driver.timer.done, 120 + messages * 0.05):
             raise RuntimeError(f"only {len(driver.timer.got)}/{messages} replies")
         wall = time.perf_counter() - t0
@@ -256,6 +264,8 @@ async def _measure(
 def table(r: dict[str, Any]) -> str:
     lines = [
         f"hot path of a plain message on {r['store']}: {r['messages']} messages over {r['sessions']} sessions (each had a turn),"
+        + (f" paced at {r['rate_per_s']:g}/s (reply p50 {r['paced_latency_ms']['p50']:.2f} ms),"
+           if r.get("rate_per_s") else " published at once,")
         + (f" under cProfile ({r['msgs_per_s_profiled']:.0f} msg/s profiled; slower than unprofiled)" if r["profile"]
            else f" without the profiler ({r['msgs_per_s_profiled']:.0f} msg/s)"),
         f"  worker CPU {r['worker_cpu_us_per_msg']:,.0f} µs/msg = event loop {r['event_loop_thread_cpu_us_per_msg']:,.0f}"
@@ -290,6 +300,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "var" / "bench")
     parser.add_argument("--no-profile", action="store_true",
                         help="counters and CPU of the unprofiled service (no cProfile, no split by area)")
+    parser.add_argument("--rate", type=float, default=None,
+                        help="publish the messages paced at this many a second (the load phase's paced window: 50)")
     args = parser.parse_args()
     sessions, messages = SIZES[args.profile]
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -297,9 +309,10 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     result = asyncio.run(asyncio.wait_for(measure(
         args.sessions or sessions, args.messages or messages, work, args.store, not args.no_profile, args.turns,
+        args.rate,
     ), 900))
     result["started_at"] = stamp
-    name = f"hotpath-{args.store}{'-unprofiled' if args.no_profile else ''}-latest"
+    name = f"hotpath-{args.store}{'-unprofiled' if args.no_profile else ''}{'-paced' if args.rate else ''}-latest"
     (args.out / f"{name}.json").write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
     pst = work / "service.pstats"
     if pst.exists():
