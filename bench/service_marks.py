@@ -4,6 +4,14 @@ Installed by bench/profiled_service.py when ``BENCH_MARKS`` is set, before the s
 wraps, without changing what they do, the steps a plain message's turn goes through and records
 ``time.time()`` at each (the clock the bench stamps its NATS observations with), while ``active``:
 
+- ``pulled``: the inbound pull sorts a delivered message (``InboundPull._sort``; ``status`` for a
+  pull status);
+- ``record>`` / ``record<``: its recording (``InboundPipeline._record``: ``record_inbound``);
+- ``stagebatch>`` / ``stagebatch<``: its staging in the inbox, the ack and the hand-off
+  (``InboundPipeline._stage``);
+- ``lastck>`` / ``lastck<``: a session's last checkpoint is read (``Publisher.last_checkpoint``: a
+  cold restore's read, started by the prefetch when the message is admitted);
+- ``open>`` / ``open<``: a session's engine is opened from it (``SessionOpener.open``);
 - ``item>`` / ``item<``: the session actor's item (``TurnRunner.handle``) begins / ends;
 - ``stage>`` / ``stage<``: the user message is staged (``Session.begin_user_turn``: its journal
   append and commit, then checkpoint 1);
@@ -49,8 +57,11 @@ class ServiceMarks:
         import nats.aio.transport as transport
 
         from consumers.checkpoints import CheckpointChain
-        from consumers.publisher import StreamAcks
+        from consumers.inbound_pipeline import InboundPipeline
+        from consumers.inbound_pull import InboundPull
+        from consumers.publisher import Publisher, StreamAcks
         from consumers.replies import ReplySender
+        from consumers.session_opener import SessionOpener
         from consumers.turn_events import TurnEvents
         from consumers.turn_runner import TurnRunner
         from core.engine.session import Session
@@ -62,7 +73,18 @@ class ServiceMarks:
         self._before(CheckpointChain, "publish", "ck publish>")
         self._around(ReplySender, "publish_reply", "reply")
         self._around(TurnEvents, "ended", "ended")
+        self._around(Publisher, "last_checkpoint", "lastck")
+        self._around(SessionOpener, "open", "open")
+        self._around(InboundPipeline, "_record", "record")
+        self._around(InboundPipeline, "_stage", "stagebatch")
         marks = self
+        sort = InboundPull._sort
+
+        def timed_sort(self: Any, msg: Any, msgs: list[Any]) -> None:
+            marks.mark("pulled" if not msg.headers or "Status" not in msg.headers else "status")
+            sort(self, msg, msgs)
+
+        InboundPull._sort = timed_sort  # type: ignore[method-assign]
         writelines = transport.TcpTransport.writelines
 
         def timed_writelines(self: Any, payload: list[bytes]) -> None:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from consumers.admission import WorkAdmission
+from consumers.checkpoint_prefetch import CheckpointPrefetch
 from consumers.deadline import Deadline
 from consumers.heap_trim import HeapTrim
 from consumers.retry_policy import OwnershipLost
@@ -408,8 +409,10 @@ class ActorRegistry:
         self, make_runner: Callable[[str], TurnRunner], idle_s: float, stop_wait_s: float = STOP_WAIT_S,
         max_loaded: int | None = None, retire_retry_s: float = RETIRE_RETRY_S,
         max_with_work: int | None = None, heap_trim: HeapTrim | None = None,
+        prefetch: CheckpointPrefetch | None = None,
     ) -> None:
         self._make_runner = make_runner
+        self._prefetch = prefetch  # cold sessions' last checkpoints, read while their messages are staged
         self._heap_trim = heap_trim  # told of every session unloaded (the service: glibc's malloc_trim per batch)
         self.admission = WorkAdmission(max_with_work)
         self._idle_s = idle_s
@@ -467,6 +470,20 @@ class ActorRegistry:
             self._max_loaded is not None and len(self._actors) > self._max_loaded
             and self._actors.get(actor.session_id) is actor and actor.session_id not in self._holds
         )
+
+    @property
+    def checkpoint_prefetch(self) -> CheckpointPrefetch | None:
+        return self._prefetch
+
+    def prefetch(self, session_id: str) -> None:
+        """The inbound pipeline admitted a message of ``session_id``: if the session has no actor (its
+        restore will read the last checkpoint) and is not held, start that read now
+        (``consumers/checkpoint_prefetch.py``)."""
+        if (
+            self._prefetch is not None and not self._closing
+            and session_id not in self._actors and session_id not in self._holds
+        ):
+            self._prefetch.start(session_id)
 
     async def deliver(self, staged: StagedMessage, inbound: InboundMessage) -> None:
         """Put a staged message into its session's mailbox (creating the actor on demand)."""
@@ -547,15 +564,21 @@ class ActorRegistry:
         """
         gate = asyncio.Event()
         self._holds.setdefault(session_id, []).append(gate)
+        self._drop_prefetch(session_id)  # its checkpoints may be purged while held
         try:
             yield await self._stop_session(session_id)
         finally:
+            self._drop_prefetch(session_id)
             holds = self._holds.get(session_id, [])
             if gate in holds:
                 holds.remove(gate)
             if not holds:
                 self._holds.pop(session_id, None)
             gate.set()
+
+    def _drop_prefetch(self, session_id: str) -> None:
+        if self._prefetch is not None:
+            self._prefetch.discard(session_id)
 
     async def _stop_session(self, session_id: str) -> bool:
         actor = self._actors.get(session_id)

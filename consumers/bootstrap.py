@@ -24,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from consumers.actors import ActorRegistry
 from consumers.api import build_router
 from consumers.catalog import control_operations
+from consumers.checkpoint_prefetch import CheckpointPrefetch
 from consumers.control_parts import ControlParts
 from consumers.control_routing import ControlRouter
 from consumers.heap_trim import HeapTrim
@@ -242,21 +243,25 @@ def bootstrap(
             metrics=metrics,
             failure_reply=s.provider_failure_reply,
             clock=replace.clock,
+            prefetch=prefetch,
         )
 
+    prefetch = CheckpointPrefetch(publisher.last_checkpoint)
     actors = ActorRegistry(
         runner_of, idle_s=s.actor_idle_s, max_loaded=s.max_loaded_sessions, max_with_work=s.max_sessions_with_work,
-        heap_trim=HeapTrim(),
+        heap_trim=HeapTrim(), prefetch=prefetch,
     )
     history = SessionHistory(actors, opener, js, subjects, manager)
     recorder = ManagerRecorder(manager, on_created=opener.remember_created)
-    inbound = InboundLoop(js, s, subjects, publisher, recorder, inbox, actors.deliver_when_room, metrics=metrics)
+    inbound = InboundLoop(
+        js, s, subjects, publisher, recorder, inbox, actors.deliver_when_room, metrics=metrics, prefetch=actors.prefetch
+    )
     shared = SharedState(db, manager, origin)  # registrations; other processes' writes
 
     def partition_loop(consumer_name: str, fence: Callable[[], bool]) -> InboundLoop:
         return InboundLoop(
             js, s, subjects, publisher, recorder, inbox, actors.deliver_when_room,
-            metrics=metrics, consumer_name=consumer_name, fence=fence,
+            metrics=metrics, consumer_name=consumer_name, fence=fence, prefetch=actors.prefetch,
         )
 
     partitioned: PartitionedInbound | None = None

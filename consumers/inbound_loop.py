@@ -28,7 +28,7 @@ from nats.js.errors import NotFoundError
 from consumers.backoff import compute_backoff_s
 from consumers.health import ServiceHealth
 from consumers.inbound_decoding import decode_inbound
-from consumers.inbound_pipeline import Handoff, InboundPipeline, InboundRecorder
+from consumers.inbound_pipeline import Handoff, InboundPipeline, InboundRecorder, Prefetch
 from consumers.inbound_pull import InboundPull
 from consumers.metrics import Metrics
 from consumers.publisher import Publisher
@@ -65,6 +65,7 @@ class InboundLoop:
         *,
         consumer_name: str | None = None,
         fence: Callable[[], bool] | None = None,
+        prefetch: Prefetch | None = None,
     ) -> None:
         """``consumer_name``: the durable to read (default: the settings'; one per partition when
         partitioned). ``fence``: False once this process may no longer take the consumer's work
@@ -91,6 +92,7 @@ class InboundLoop:
             max_in_flight=settings.max_inbound_in_flight,
             heartbeat_s=settings.ack_wait_s / 3,
             fence=fence,
+            prefetch=prefetch,
         )
         self._stopping = asyncio.Event()
         self._task: asyncio.Task[None] | None = None

@@ -40,6 +40,9 @@ STAGE_RETRY_FIRST_S = 0.05
 STAGE_RETRY_MAX_S = 2.0
 # One failure healed by the next attempt (a dropped connection the pool replaces) is not an outage.
 DEGRADED_AFTER_FAILURES = 2
+# A message admitted with at most this many in flight (itself included) has its session's restore read
+# started at once (``Prefetch``): live traffic; a backlog's messages wait for staging and admission anyway.
+PREFETCH_IN_FLIGHT_AT_MOST = 4
 
 
 class InboundRecorder(Protocol):
@@ -51,6 +54,7 @@ class InboundRecorder(Protocol):
 
 
 Handoff = Callable[[StagedMessage, InboundMessage], Awaitable[None]]
+Prefetch = Callable[[str], None]  # a message of this session was admitted (consumers/checkpoint_prefetch.py)
 
 
 @dataclass(eq=False)
@@ -85,8 +89,10 @@ class InboundPipeline:
         max_in_flight: int,
         heartbeat_s: float,
         fence: Callable[[], bool] | None = None,
+        prefetch: Prefetch | None = None,
     ) -> None:
         self._fence = fence  # False: this process lost the messages' partition; stage nothing more
+        self._prefetch = prefetch
         self._recorder = recorder
         self._inbox = inbox
         self._handoff = handoff
@@ -131,6 +137,8 @@ class InboundPipeline:
         entry = InFlight(msg, inbound, time.monotonic())
         self._lanes.setdefault(entry.lane, deque()).append(entry)
         self._unacked[entry] = None
+        if self._prefetch is not None and entry.lane and len(self._unacked) <= PREFETCH_IN_FLIGHT_AT_MOST:
+            self._prefetch(entry.lane)  # its restore's read overlaps recording and staging
         task = asyncio.create_task(self._record(entry))
         self._recordings.add(task)
         task.add_done_callback(self._recordings.discard)

@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 
 import orjson
 
+from consumers.checkpoint_prefetch import CheckpointPrefetch, CheckpointRead, read_checkpoint
 from consumers.checkpoint_transitions import transition_of
 from consumers.checkpoints import CheckpointChain
 from consumers.inbound_turn import InboundTurn
@@ -96,8 +97,10 @@ class TurnRunner:
         metrics: Metrics | None = None,
         failure_reply: str = "",
         clock: Callable[[], float] = time.time,
+        prefetch: CheckpointPrefetch | None = None,
     ) -> None:
         self.session_id = session_id
+        self._prefetch = prefetch  # the last checkpoint read while this session's message was staged
         self._clock = clock  # wall time of checkpoints and turn ends
         self._metrics = metrics or _UNMETERED
         self._failure_reply = failure_reply
@@ -247,6 +250,8 @@ class TurnRunner:
             return self._engine
         # A session this process just created has no checkpoint of its generation and no journal.
         new = self._engine is None and self._engines.pop_created(self.session_id)
+        if new and self._prefetch is not None:
+            self._prefetch.discard(self.session_id)  # nothing to restore: the read is not needed
         # A session this process unloaded itself, exactly as journaled and checkpointed: if its last
         # checkpoint is still that one, nothing was journaled past it (consumers/known_tails.py).
         tails = self._engines.tails
@@ -259,7 +264,7 @@ class TurnRunner:
         # it usually holds, and when it does not the open reads the range itself.
         ahead = None if new or tail is not None else self._engines.read_ahead(self.session_id, generation)
         try:
-            last = None if new else await self._pub.last_checkpoint(self.session_id)
+            last = None if new else await self._last_checkpoint()
             restored: dict[str, Any] | None = None
             known = False
             self._checkpoints.reset(0)  # fenced on "no checkpoint yet" unless one is found
@@ -293,6 +298,12 @@ class TurnRunner:
         self._generation = generation
         self._version_seen = self._engine.state.next_seq
         return self._engine
+
+    async def _last_checkpoint(self) -> CheckpointRead:
+        """The last checkpoint: the prefetch's (read while the message was staged), else read now."""
+        sid = self.session_id
+        taken = self._prefetch.take(sid) if self._prefetch is not None else None
+        return await read_checkpoint(taken, lambda: self._pub.last_checkpoint(sid))
 
     async def open_fresh(self, options: SessionOptions) -> Session:
         """Reopen a session that has no history yet with ``options`` (a mode other than conversation)."""
