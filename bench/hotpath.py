@@ -231,7 +231,7 @@ async def _measure(
         if not await wait_until(lambda: Path(str(pstats_path) + ".json").exists(), 60, 0.1):
             raise RuntimeError("the profiled service wrote no profile")
         after = await stream_states(js, subjects)
-        counters = orjson.loads(Path(str(pstats_path) + ".json").read_bytes())
+        counters = orjson.loads(await asyncio.to_thread(Path(str(pstats_path) + ".json").read_bytes))
         n = messages
         out.update(
             {

@@ -471,10 +471,6 @@ class ActorRegistry:
             and self._actors.get(actor.session_id) is actor and actor.session_id not in self._holds
         )
 
-    @property
-    def checkpoint_prefetch(self) -> CheckpointPrefetch | None:
-        return self._prefetch
-
     def prefetch(self, session_id: str) -> None:
         """The inbound pipeline admitted a message of ``session_id``: if the session has no actor (its
         restore will read the last checkpoint) and is not held, start that read now

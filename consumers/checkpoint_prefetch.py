@@ -55,8 +55,6 @@ class CheckpointPrefetch:
         self._max_age_s = max_age_s
         self._max_kept = max_kept
         self._kept: dict[str, _Kept] = {}
-        self.started = 0
-        self.used = 0
 
     def __len__(self) -> int:
         return len(self._kept)
@@ -72,7 +70,6 @@ class CheckpointPrefetch:
         read = asyncio.ensure_future(self._last_checkpoint(session_id))
         read.add_done_callback(_retrieve)
         self._kept[session_id] = _Kept(read, time.monotonic())
-        self.started += 1
 
     def take(self, session_id: str) -> asyncio.Task[CheckpointRead] | None:
         """The session's read if one was started within ``max_age_s``; it is no longer kept."""
@@ -82,7 +79,6 @@ class CheckpointPrefetch:
         if time.monotonic() - kept.started_at > self._max_age_s:
             kept.read.cancel()
             return None
-        self.used += 1
         return kept.read
 
     def discard(self, session_id: str) -> None:

@@ -69,6 +69,12 @@ class Metrics:
             "read), skipped (created here a moment ago, or unloaded here with its tail known)",
             ["journal"], registry=r,
         )
+        self.restore_reads = Counter(
+            "turnstile_restore_checkpoint_reads",
+            "last-checkpoint reads of sessions being restored, by prefetched: yes (started when the message "
+            "was admitted, consumers/checkpoint_prefetch.py), no (read when the restore began)",
+            ["prefetched"], registry=r,
+        )
         self.checkpoint_publish = Histogram(
             "turnstile_checkpoint_publish_seconds", "checkpoint sent to its ack awaited", buckets=PUBLISH_BUCKETS,
             registry=r,
@@ -114,6 +120,9 @@ class Metrics:
 
     def session_opened(self, journal_read: bool) -> None:
         self._child(self.session_opens, "opens", "read" if journal_read else "skipped").inc()
+
+    def restore_read(self, prefetched: bool) -> None:
+        self._child(self.restore_reads, "restore_reads", "yes" if prefetched else "no").inc()
 
     def _child(self, metric: Counter, name: str, label: str) -> Any:
         child = self._children.get((name, label))

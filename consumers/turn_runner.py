@@ -303,6 +303,7 @@ class TurnRunner:
         """The last checkpoint: the prefetch's (read while the message was staged), else read now."""
         sid = self.session_id
         taken = self._prefetch.take(sid) if self._prefetch is not None else None
+        self._metrics.restore_read(prefetched=taken is not None)
         return await read_checkpoint(taken, lambda: self._pub.last_checkpoint(sid))
 
     async def open_fresh(self, options: SessionOptions) -> Session:

@@ -26,10 +26,8 @@ async def test_a_cold_session_is_restored_from_the_checkpoint_read_while_its_mes
     service = TurnstileService(settings.model_copy(update={"max_loaded_sessions": 1, "actor_idle_s": 3600.0}))
     await service.start()
     try:
-        actors, publisher = service.actors, service.publisher
-        assert actors is not None and publisher is not None
-        prefetch = actors.checkpoint_prefetch
-        assert prefetch is not None
+        publisher = service.publisher
+        assert publisher is not None
         sid = f"prefetch-{uuid.uuid4().hex[:6]}"
         replies = await Collector().attach(nc, subjects.outbound("cli", sid))
         await answered_then_unloaded(service, nc, subjects, sid, replies)
@@ -41,11 +39,17 @@ async def test_a_cold_session_is_restored_from_the_checkpoint_read_while_its_mes
             return await read(session_id)
 
         publisher.last_checkpoint = counted  # type: ignore[method-assign]
-        used = prefetch.used
+        registry = service.metrics.registry
+
+        def restore_reads(prefetched: str) -> float:
+            return registry.get_sample_value("turnstile_restore_checkpoint_reads_total", {"prefetched": prefetched}) or 0.0
+
+        used, unprefetched = restore_reads("yes"), restore_reads("no")
 
         await publish_inbound(nc, subjects, inbound(sid, "second"))
         await wait_for(lambda: len(replies.messages) == 2, what="the reply after the restore")
-        assert prefetch.used == used + 1 and sid not in own_reads  # restored from the prefetched read
+        assert sid not in own_reads  # restored from the prefetched read, and counted so on /metrics
+        assert (restore_reads("yes"), restore_reads("no")) == (used + 1, unprefetched)
         # MQ-2: restored from its last checkpoint, the turn goes on from the whole transcript.
         assert [r["text"] for r in replies.json()] == ["echo: first", "echo: second"]
         last = await nc.jetstream().get_last_msg(subjects.checkpoint_stream, subjects.checkpoint(sid))
