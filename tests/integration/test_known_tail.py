@@ -1,5 +1,7 @@
 """A session this process unloaded exactly as journaled and checkpointed reopens without reading its
 journal; one whose journal may have been written elsewhere meanwhile reads it (consumers/known_tails.py).
+A cold session's restore takes the checkpoint read started when its message was admitted
+(consumers/checkpoint_prefetch.py).
 
 Real nats-server, SQLite file. ``max_loaded_sessions=1``: a message to a second session unloads the
 first, the way 10,000 sessions meet the cap of 256.
@@ -109,6 +111,49 @@ async def test_a_session_unloaded_here_reopens_from_its_checkpoint_without_readi
         assert spy.failed == []
     finally:
         await service.stop()
+
+
+@pytest.mark.rule("MQ-2")
+async def test_a_cold_session_is_restored_from_the_checkpoint_read_while_its_message_was_staged(
+    settings: Settings, nc: Client, subjects: Subjects
+) -> None:
+    # consumers/checkpoint_prefetch.py: the read starts when the message is admitted; the restore takes it.
+    service = TurnstileService(settings.model_copy(update={"max_loaded_sessions": 1, "actor_idle_s": 3600.0}))
+    await service.start()
+    try:
+        publisher = service.publisher
+        assert publisher is not None
+        sid = f"prefetch-{uuid.uuid4().hex[:6]}"
+        replies = await Collector().attach(nc, subjects.outbound("cli", sid))
+        await answered_then_unloaded(service, nc, subjects, sid, replies)
+        own_reads: list[str] = []  # reads the restore makes itself (the prefetch holds its own reference)
+        read = publisher.last_checkpoint
+
+        async def counted(session_id: str) -> Any:
+            own_reads.append(session_id)
+            return await read(session_id)
+
+        publisher.last_checkpoint = counted  # type: ignore[method-assign]
+        before = _restore_reads(service)
+
+        await publish_inbound(nc, subjects, inbound(sid, "second"))
+        await wait_for(lambda: len(replies.messages) == 2, what="the reply after the restore")
+        assert sid not in own_reads  # restored from the prefetched read, and counted so on /metrics
+        assert _restore_reads(service) == {"yes": before["yes"] + 1, "no": before["no"]}
+        # MQ-2: restored from its last checkpoint, the turn goes on from the whole transcript.
+        assert [r["text"] for r in replies.json()] == ["echo: first", "echo: second"]
+        assert _texts(await _last_snapshot(nc, subjects, sid)) == ["first", "second"]
+    finally:
+        await service.stop()
+
+
+def _restore_reads(service: TurnstileService) -> dict[str, float]:
+    """``turnstile_restore_checkpoint_reads_total`` by its ``prefetched`` label, as ``/metrics`` reports it."""
+    registry = service.metrics.registry
+    return {
+        label: registry.get_sample_value("turnstile_restore_checkpoint_reads_total", {"prefetched": label}) or 0.0
+        for label in ("yes", "no")
+    }
 
 
 @pytest.fixture
