@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 
 import pytest
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, event, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core.store.committer import GroupCommitter
@@ -293,6 +294,46 @@ async def test_a_lone_one_statement_write_is_committed_when_run_returns_and_fail
         )
         assert results[0] == 1 and results[1] == 2 and isinstance(results[2], Exception)
         assert await _count(engine) == 4
+    finally:
+        await committer.aclose()
+        async with engine.begin() as conn:
+            await conn.execute(text("DROP TABLE committer_probe"))
+
+
+async def test_postgresql_statements_share_one_kept_connection_and_a_dropped_one_is_replaced(engine: AsyncEngine) -> None:
+    # The writer's autocommit statements run on one connection it keeps (no pool checkout each); when
+    # the server drops that connection, the write under way raises and lands nowhere, and the next one
+    # runs on a new connection and lands.
+    if engine.dialect.name != "postgresql":
+        pytest.skip("PostgreSQL's autocommit statements")
+    async with engine.begin() as conn:
+        await conn.execute(text("CREATE TABLE IF NOT EXISTS committer_probe (n INTEGER PRIMARY KEY)"))
+        await conn.execute(text("DELETE FROM committer_probe"))
+    committer = GroupCommitter(engine)
+
+    def insert(n: int):  # type: ignore[no-untyped-def]
+        def op(conn: Connection) -> int:
+            return int(conn.execute(
+                text("INSERT INTO committer_probe (n) VALUES (:n) RETURNING pg_backend_pid()"), {"n": n}
+            ).scalar_one())
+
+        return op
+
+    checkouts: list[object] = []
+    listen = functools.partial(event.listen, engine.sync_engine, "checkout")
+    listen(lambda *_: checkouts.append(None))
+    try:
+        pids = [await committer.run(insert(n), one_statement=True) for n in (1, 2, 3)]
+        assert len(set(pids)) == 1 and len(checkouts) == 1, (pids, checkouts)  # one kept connection
+        assert await _count(engine) == 3  # each committed when its run returned
+        async with engine.connect() as other:
+            assert (await other.execute(text("SELECT pg_terminate_backend(:p)"), {"p": pids[0]})).scalar_one()
+        with pytest.raises(Exception):  # noqa: B017 - the driver's "connection closed", whatever its class
+            await committer.run(insert(4), one_statement=True)
+        assert await committer.run(insert(5), one_statement=True) != pids[0]
+        async with engine.connect() as conn:
+            rows = (await conn.execute(text("SELECT n FROM committer_probe ORDER BY n"))).scalars().all()
+        assert rows == [1, 2, 3, 5]
     finally:
         await committer.aclose()
         async with engine.begin() as conn:
