@@ -317,7 +317,6 @@ class GroupCommitter:
     async def _joined(self, pieces: list[Callable[[Connection], Piece]]) -> list[Any] | None:
         """PostgreSQL: a batch of pieces as ONE statement in autocommit; None (nothing run) when they
         cannot join (``joinable``)."""
-        assert self._autocommit is not None
 
         def run(conn: Connection) -> list[Any] | None:
             built = [piece(conn) for piece in pieces]

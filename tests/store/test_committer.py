@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import functools
+from collections.abc import AsyncIterator
 
 import pytest
 from sqlalchemy import Connection, event, text
@@ -17,14 +17,22 @@ async def _count(engine: AsyncEngine) -> int:
         return int((await conn.execute(text("SELECT count(*) FROM committer_probe"))).scalar_one())
 
 
-async def test_grouped_writes_land_each_failure_stays_its_own_and_a_cancelled_caller_still_writes(
-    engine: AsyncEngine,
-) -> None:
-    # MQ-8: staging is durable when the caller's write returns; one bad write in a group does not
-    # fail its neighbours; cancelling a caller (a stopped turn) does not undo its queued write.
+@pytest.fixture
+async def probe(engine: AsyncEngine) -> AsyncIterator[None]:
+    """The table ``committer_probe (n)``, empty, dropped after the test."""
     async with engine.begin() as conn:
         await conn.execute(text("CREATE TABLE IF NOT EXISTS committer_probe (n INTEGER PRIMARY KEY)"))
         await conn.execute(text("DELETE FROM committer_probe"))
+    yield
+    async with engine.begin() as conn:
+        await conn.execute(text("DROP TABLE committer_probe"))
+
+
+async def test_grouped_writes_land_each_failure_stays_its_own_and_a_cancelled_caller_still_writes(
+    engine: AsyncEngine, probe: None,
+) -> None:
+    # MQ-8: staging is durable when the caller's write returns; one bad write in a group does not
+    # fail its neighbours; cancelling a caller (a stopped turn) does not undo its queued write.
     committer = GroupCommitter(engine)
 
     def insert(n: int):  # type: ignore[no-untyped-def]
@@ -49,11 +57,9 @@ async def test_grouped_writes_land_each_failure_stays_its_own_and_a_cancelled_ca
         assert await _count(engine) == 5
     finally:
         await committer.aclose()
-        async with engine.begin() as conn:
-            await conn.execute(text("DROP TABLE committer_probe"))
 
 
-async def test_sqlite_writes_wait_for_a_held_write_lock_off_the_event_loop(engine: AsyncEngine) -> None:
+async def test_sqlite_writes_wait_for_a_held_write_lock_off_the_event_loop(engine: AsyncEngine, probe: None) -> None:
     # MQ-8: a group transaction runs on the loop only when SQLite's write lock is free; when
     # another connection holds it, the write waits in the committer's thread and still lands,
     # and the event loop keeps running meanwhile.
@@ -61,9 +67,6 @@ async def test_sqlite_writes_wait_for_a_held_write_lock_off_the_event_loop(engin
         pytest.skip("SQLite's write lock")
     import sqlite3
 
-    async with engine.begin() as conn:
-        await conn.execute(text("CREATE TABLE IF NOT EXISTS committer_probe (n INTEGER PRIMARY KEY)"))
-        await conn.execute(text("DELETE FROM committer_probe"))
     committer = GroupCommitter(engine)
 
     def insert(conn: Connection) -> None:
@@ -86,12 +89,10 @@ async def test_sqlite_writes_wait_for_a_held_write_lock_off_the_event_loop(engin
     finally:
         holder.close()
         await committer.aclose()
-        async with engine.begin() as conn:
-            await conn.execute(text("DROP TABLE committer_probe"))
 
 
 async def test_a_sqlite_write_waiting_for_the_lock_does_not_wait_for_a_wal_checkpoint_under_way(
-    engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+    engine: AsyncEngine, probe: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # MQ-8: a write that finds the lock held waits in the writer's thread; a background WAL
     # checkpoint (its fsync of the database file can take tens of ms) must not stand in front of
@@ -104,9 +105,6 @@ async def test_a_sqlite_write_waiting_for_the_lock_does_not_wait_for_a_wal_check
     import core.store.wal_checkpoints as wal_module
     from core.store.wal_checkpoints import WalCheckpoints
 
-    async with engine.begin() as conn:
-        await conn.execute(text("CREATE TABLE IF NOT EXISTS committer_probe (n INTEGER PRIMARY KEY)"))
-        await conn.execute(text("DELETE FROM committer_probe"))
     monkeypatch.setattr(wal_module, "WAL_CHECKPOINT_EVERY", 1)  # every transaction starts one
     checkpoint_started, checkpoint_may_end = threading.Event(), threading.Event()
 
@@ -139,8 +137,6 @@ async def test_a_sqlite_write_waiting_for_the_lock_does_not_wait_for_a_wal_check
         checkpoint_may_end.set()
         holder.close()
         await committer.aclose()
-        async with engine.begin() as conn:
-            await conn.execute(text("DROP TABLE committer_probe"))
 
 
 async def test_sqlite_wal_is_checkpointed_in_the_background_and_stays_small(
@@ -204,13 +200,12 @@ async def test_sqlite_synchronous_full_is_applied_to_every_connection_and_commit
         create_db_engine(f"sqlite+aiosqlite:///{tmp_path}/bad.db", sqlite_synchronous="OFF")
 
 
-async def test_a_lazy_write_shares_the_next_waited_for_transaction_in_queue_order(engine: AsyncEngine) -> None:
+async def test_a_lazy_write_shares_the_next_waited_for_transaction_in_queue_order(
+    engine: AsyncEngine, probe: None,
+) -> None:
     # Turn bookkeeping and inbox marks (lazy) ride on the next write someone waits for instead
     # of committing alone; the order of the queue is kept inside the shared transaction, so a
     # later write (here: a deletion) is never overtaken by a lazy write queued before it.
-    async with engine.begin() as conn:
-        await conn.execute(text("CREATE TABLE IF NOT EXISTS committer_probe (n INTEGER PRIMARY KEY)"))
-        await conn.execute(text("DELETE FROM committer_probe"))
     committer = GroupCommitter(engine, lazy_wait_s=60.0)
 
     def insert(n: int):  # type: ignore[no-untyped-def]
@@ -240,14 +235,11 @@ async def test_a_lazy_write_shares_the_next_waited_for_transaction_in_queue_orde
         assert await _count(engine) == 2
     finally:
         await committer.aclose()
-        async with engine.begin() as conn:
-            await conn.execute(text("DROP TABLE committer_probe"))
 
 
-async def test_a_lazy_write_without_company_commits_after_its_wait_and_at_close(engine: AsyncEngine) -> None:
-    async with engine.begin() as conn:
-        await conn.execute(text("CREATE TABLE IF NOT EXISTS committer_probe (n INTEGER PRIMARY KEY)"))
-        await conn.execute(text("DELETE FROM committer_probe"))
+async def test_a_lazy_write_without_company_commits_after_its_wait_and_at_close(
+    engine: AsyncEngine, probe: None,
+) -> None:
     quick = GroupCommitter(engine, lazy_wait_s=0.01)
     patient = GroupCommitter(engine, lazy_wait_s=60.0)
     try:
@@ -262,17 +254,14 @@ async def test_a_lazy_write_without_company_commits_after_its_wait_and_at_close(
     finally:
         await quick.aclose()
         await patient.aclose()
-        async with engine.begin() as conn:
-            await conn.execute(text("DROP TABLE committer_probe"))
 
 
-async def test_a_lone_one_statement_write_is_committed_when_run_returns_and_fails_alone(engine: AsyncEngine) -> None:
+async def test_a_lone_one_statement_write_is_committed_when_run_returns_and_fails_alone(
+    engine: AsyncEngine, probe: None,
+) -> None:
     # MQ-8: a write of one statement alone in its batch (PostgreSQL: run in autocommit, no BEGIN/COMMIT
     # round trips) is as durable on return as a group transaction, and a failing one raises and
     # writes nothing; queued together with other writes it shares their transaction as before.
-    async with engine.begin() as conn:
-        await conn.execute(text("CREATE TABLE IF NOT EXISTS committer_probe (n INTEGER PRIMARY KEY)"))
-        await conn.execute(text("DELETE FROM committer_probe"))
     committer = GroupCommitter(engine)
 
     def insert(*ns: int):  # type: ignore[no-untyped-def]
@@ -296,19 +285,16 @@ async def test_a_lone_one_statement_write_is_committed_when_run_returns_and_fail
         assert await _count(engine) == 4
     finally:
         await committer.aclose()
-        async with engine.begin() as conn:
-            await conn.execute(text("DROP TABLE committer_probe"))
 
 
-async def test_postgresql_statements_share_one_kept_connection_and_a_dropped_one_is_replaced(engine: AsyncEngine) -> None:
+async def test_postgresql_statements_share_one_kept_connection_and_a_dropped_one_is_replaced(
+    engine: AsyncEngine, probe: None,
+) -> None:
     # The writer's autocommit statements run on one connection it keeps (no pool checkout each); when
     # the server drops that connection, the write under way raises and lands nowhere, and the next one
     # runs on a new connection and lands.
     if engine.dialect.name != "postgresql":
         pytest.skip("PostgreSQL's autocommit statements")
-    async with engine.begin() as conn:
-        await conn.execute(text("CREATE TABLE IF NOT EXISTS committer_probe (n INTEGER PRIMARY KEY)"))
-        await conn.execute(text("DELETE FROM committer_probe"))
     committer = GroupCommitter(engine)
 
     def insert(n: int):  # type: ignore[no-untyped-def]
@@ -320,8 +306,7 @@ async def test_postgresql_statements_share_one_kept_connection_and_a_dropped_one
         return op
 
     checkouts: list[object] = []
-    listen = functools.partial(event.listen, engine.sync_engine, "checkout")
-    listen(lambda *_: checkouts.append(None))
+    event.listen(engine.sync_engine, "checkout", lambda *_: checkouts.append(None))
     try:
         pids = [await committer.run(insert(n), one_statement=True) for n in (1, 2, 3)]
         assert len(set(pids)) == 1 and len(checkouts) == 1, (pids, checkouts)  # one kept connection
@@ -336,5 +321,3 @@ async def test_postgresql_statements_share_one_kept_connection_and_a_dropped_one
         assert rows == [1, 2, 3, 5]
     finally:
         await committer.aclose()
-        async with engine.begin() as conn:
-            await conn.execute(text("DROP TABLE committer_probe"))
