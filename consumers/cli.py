@@ -23,6 +23,7 @@ from consumers.cli_stream import replay_command, send_command, tail_command
 from consumers.cli_support import EXIT_FAILED, EXIT_REFUSED, Cli, CliError, describe, err
 from consumers.dev_credentials import dev_settings_env
 from consumers.logs import configure_logging
+from consumers.malloc_tuning import tune_malloc
 from consumers.nats_connect import redacted_url
 from consumers.settings import Settings
 from consumers.startup import EXIT_SETTINGS, StartupError
@@ -235,6 +236,7 @@ async def serve(service: object, stop: asyncio.Event) -> int:
     assert isinstance(service, TurnstileService)
     log = logging.getLogger("turnstile")
     tune_gc(service.settings.gc_threshold)
+    tune_malloc(service.settings.malloc_mmap_threshold)
     patient = False
     while True:
         try:
