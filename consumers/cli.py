@@ -236,7 +236,8 @@ async def serve(service: object, stop: asyncio.Event) -> int:
     assert isinstance(service, TurnstileService)
     log = logging.getLogger("turnstile")
     tune_gc(service.settings.gc_threshold)
-    tune_malloc(service.settings.malloc_mmap_threshold)
+    if not tune_malloc(service.settings.malloc_mmap_threshold) and service.settings.malloc_mmap_threshold:
+        log.info("TURNSTILE_MALLOC_MMAP_THRESHOLD not applied: no glibc mallopt here; the allocator is left as it is")
     patient = False
     while True:
         try:

@@ -29,8 +29,8 @@ M_MMAP_THRESHOLD = -3
 def tune_malloc(mmap_threshold: int) -> bool:
     """Fix glibc's mmap threshold at ``mmap_threshold`` bytes and its trim threshold at twice that.
 
-    True when both were applied; False for 0 (glibc's dynamic rule stays) or where there is no
-    glibc ``mallopt`` to apply them with (musl's accepts and ignores them, and says so).
+    True when both were applied; False for 0 (glibc's dynamic rule stays), where there is no C
+    library ``mallopt``, or where it refuses them (returns 0): the allocator is then left as it is.
     """
     if mmap_threshold <= 0 or not sys.platform.startswith("linux"):
         return False
