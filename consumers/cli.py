@@ -23,7 +23,6 @@ from consumers.cli_stream import replay_command, send_command, tail_command
 from consumers.cli_support import EXIT_FAILED, EXIT_REFUSED, Cli, CliError, describe, err
 from consumers.dev_credentials import dev_settings_env
 from consumers.logs import configure_logging
-from consumers.malloc_tuning import tune_malloc
 from consumers.nats_connect import redacted_url
 from consumers.settings import Settings
 from consumers.startup import EXIT_SETTINGS, StartupError
@@ -231,12 +230,14 @@ async def serve(service: object, stop: asyncio.Event) -> int:
     error line naming the setting and exits with ``StartupError.exit_code`` (2-5,
     ``consumers/startup.py``).
     """
+    from consumers.malloc_tuning import tune_malloc  # here: ctypes is ~2.5 ms of every client command's import
     from consumers.service import TurnstileService
 
     assert isinstance(service, TurnstileService)
     log = logging.getLogger("turnstile")
     tune_gc(service.settings.gc_threshold)
-    if not tune_malloc(service.settings.malloc_mmap_threshold) and service.settings.malloc_mmap_threshold:
+    mmap_threshold = service.settings.malloc_mmap_threshold
+    if mmap_threshold and not tune_malloc(mmap_threshold):
         log.info("TURNSTILE_MALLOC_MMAP_THRESHOLD not applied: no glibc mallopt here; the allocator is left as it is")
     patient = False
     while True:
