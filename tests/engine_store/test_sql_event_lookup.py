@@ -99,3 +99,40 @@ async def test_sqlite_reads_an_events_entries_and_the_sessions_event_ids_on_the_
     finally:
         event.remove(engine.sync_engine.pool, "checkout", checked_out)
     await journal.aclose()
+
+
+async def test_sqlite_looks_up_an_event_through_its_index_whatever_the_sessions_length(engine: AsyncEngine) -> None:
+    # KS-14's lookup of one event runs on the event loop (SQLite): it must read that event's rows
+    # (ix_journal_entries_event), not walk the session's whole history. SQLite's planner, left to
+    # itself, took the primary key (session, generation, seq) for the ORDER BY and filtered every row
+    # of the session: 0.8 ms a lookup at 3,000 entries, growing with the session, on the loop. Counted
+    # in SQLite virtual-machine steps (a progress handler every 100 of them) on the reader's connection.
+    journal = SqlHistoryJournal(engine)
+    if journal._tail_reader is None:
+        pytest.skip("PostgreSQL reads through the pool (its planner takes the event index: EXPLAIN)")
+    short, long = f"s-{uuid.uuid4()}", f"l-{uuid.uuid4()}"
+    await journal.append(short, [_entry(i, EntryKind.USER_MESSAGE, f"e{i}", f"t{i}", text="x") for i in range(20)])
+    for start in range(0, 3000, 500):
+        await journal.append(long, [
+            _entry(i, EntryKind.USER_MESSAGE, f"e{i}", f"t{i}", text="x") for i in range(start, start + 500)
+        ])
+    steps = [0]
+
+    def step() -> int:
+        steps[0] += 1
+        return 0
+
+    with journal._tail_reader.connect() as conn:
+        conn.connection.driver_connection.set_progress_handler(step, 100)  # type: ignore[union-attr]
+    try:
+        counted: dict[str, int] = {}
+        for sid in (short, long):
+            steps[0] = 0
+            assert [e.seq for e in await journal.entries_for_event(sid, "e7", EVENT_KINDS)] == [7]
+            assert await journal.entries_for_event(sid, "e-none", EVENT_KINDS) == []
+            counted[sid] = steps[0]
+        assert counted[long] <= counted[short] + 2, counted
+    finally:
+        with journal._tail_reader.connect() as conn:
+            conn.connection.driver_connection.set_progress_handler(None, 100)  # type: ignore[union-attr]
+    await journal.aclose()
