@@ -198,13 +198,16 @@ def encode_snapshot(
     )
 
 
+_STATE_FIELDS: Final = tuple(SessionState.model_fields)
+
+
 def state_from_snapshot(data: dict[str, Any]) -> SessionState:
     """Validate a snapshot and return its accepted state; refuse unknown format versions."""
     version = data.get("format_version")
     if version != FORMAT_VERSION:
         raise InvalidInput(f"unsupported snapshot format_version {version!r} (expected {FORMAT_VERSION})")
-    snap = Snapshot.model_validate(data)
-    # Validated once: a Snapshot is a SessionState plus projections, so its fields' values are
-    # already SessionState's (a dump and a second validation of the whole transcript cost a
-    # cold session's first message ~2x this function's time for nothing).
-    return SessionState.model_construct(**{name: getattr(snap, name) for name in SessionState.model_fields})
+    # The accepted state alone is validated, once: the projection, the chatend text and the status are
+    # derived from it and built again by the restored session, so they are not read (validating the
+    # whole Snapshot, then copying its fields into a SessionState, took 66 against 46 us for a 2-turn
+    # session and 2.1–2.3 against 1.9–2.0 ms for a 300-turn one, the parse included).
+    return SessionState.model_validate({name: data[name] for name in _STATE_FIELDS if name in data})
