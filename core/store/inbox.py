@@ -50,6 +50,10 @@ from core.store.partition_epochs import WriteFence, claims_of, epochs_hold
 log = logging.getLogger(__name__)
 
 PRUNE_EVERY_S = 3600.0
+# A prune deletes at most this many rows a transaction: on SQLite the committer runs its transactions on the
+# event loop, and an hour of finished rows deleted in one (tens of thousands at a few messages a second)
+# would hold every session's turn for that long.
+PRUNE_CHUNK_ROWS = 500
 # A failed write of status marks is retried after 0.5 s, 1 s, 2 s ... at most MARKS_RETRY_MAX_S apart.
 MARKS_RETRY_BASE_S = 0.5
 MARKS_RETRY_MAX_S = 5.0
@@ -68,6 +72,9 @@ inbox = Table(
     Column("finished_at", Float, nullable=True),
     UniqueConstraint("platform", "message_id", name="uq_inbox_platform_message"),
     Index("ix_inbox_status_id", "status", "id"),
+    # The prune's range (``forget_finished``): without it, every prune read the whole table, i.e. the
+    # inbound retention's worth of finished rows (7 days by default), to find the oldest hour of them.
+    Index("ix_inbox_finished_at", "finished_at"),
 )
 
 
@@ -208,16 +215,29 @@ class SqlInbox:
             raise
 
     async def forget_finished(self, older_than_s: float) -> int:
-        """Delete rows finished more than ``older_than_s`` ago; staged rows always stay."""
+        """Delete rows finished more than ``older_than_s`` ago; staged rows always stay.
+
+        ``PRUNE_CHUNK_ROWS`` at a time, each chunk a write of its own (other writes commit between them),
+        found through ``ix_inbox_finished_at``: the oldest rows are read, not the table."""
         cutoff = time.time() - older_than_s
+        oldest = (
+            select(inbox.c.id)
+            .where(and_(inbox.c.finished_at < cutoff, inbox.c.status != STAGED))
+            .limit(PRUNE_CHUNK_ROWS)
+        )
         removed: list[int] = []
 
         def op(conn: Connection) -> None:
-            res = conn.execute(delete(inbox).where(and_(inbox.c.status != STAGED, inbox.c.finished_at < cutoff)))
-            removed.append(int(res.rowcount or 0))
+            removed.append(int(conn.execute(delete(inbox).where(inbox.c.id.in_(oldest))).rowcount or 0))
 
-        await self._write(op)
-        return removed[0]
+        total = 0
+        while True:
+            removed.clear()
+            await self._write(op)
+            # The last run's count: a group transaction that failed runs its writes again one by one.
+            total += removed[-1]
+            if removed[-1] < PRUNE_CHUNK_ROWS or self._closing:
+                return total
 
     async def _prune_loop(self, retention_s: float) -> None:
         every_s = min(PRUNE_EVERY_S, max(retention_s / 4, 1.0))

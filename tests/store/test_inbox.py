@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import sqlite3
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from sqlalchemy import Engine, event, insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+import core.store.inbox as inbox_module
 from core.inbox import Inbox
 from core.store.committer import GroupCommitter
 from core.store.db import metadata
 from core.store.inbox import DONE, DROPPED, STAGED, SqlInbox, StagedMessage
+from core.store.inbox import inbox as inbox_table
 from tests.inbox_rows import inbox_row_count, inbox_status_in_table
 from tests.waiting import wait_for
 
@@ -79,6 +86,62 @@ async def test_finished_rows_are_pruned_and_staged_rows_stay(inbox: SqlInbox) ->
     assert await inbox.forget_finished(older_than_s=0) == 1
     assert await inbox.status_of("cli", "done") is None
     assert await inbox.status_of("cli", "waiting") == STAGED
+
+
+async def test_a_prune_reads_only_the_rows_it_deletes_and_lets_other_writes_commit_between_its_chunks(
+    inbox: SqlInbox, engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The inbox keeps the inbound retention's finished rows (7 days by default) and prunes the oldest hour of
+    # them every hour. On SQLite the group committer runs its transactions on the event loop: the prune used to
+    # read the whole table to find those rows and delete all of them in one statement, holding every session's
+    # turn meanwhile. It now reads them through ix_inbox_finished_at, PRUNE_CHUNK_ROWS at a time.
+    monkeypatch.setattr(inbox_module, "PRUNE_CHUNK_ROWS", 20)
+    now = time.time()
+
+    def row(mid: str, status: str, finished_at: float | None) -> dict[str, Any]:
+        return {
+            "platform": "cli", "message_id": mid, "session_id": "s1", "generation": 0, "payload": b"{}",
+            "status": status, "staged_at": now - 7200, "finished_at": finished_at,
+        }
+
+    old = [row(f"old-{i}", DONE if i % 2 else DROPPED, now - 7200 + i) for i in range(200)]
+    recent = [row(f"recent-{i}", DONE, now - 60) for i in range(50)]
+    waiting = [row("waiting", STAGED, None)]
+    async with engine.begin() as conn:
+        await conn.execute(insert(inbox_table), old + recent + waiting)
+    loop = asyncio.get_running_loop()
+    deletes: list[tuple[str, Any, int]] = []
+    live: list[asyncio.Task[list[bool]]] = []
+    staged_after: list[int] = []
+
+    async def stage_live() -> list[bool]:
+        fresh = await inbox.stage([message("live")])
+        staged_after.append(len(deletes))
+        return fresh
+
+    def seen(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool) -> None:
+        if statement.lstrip().upper().startswith("DELETE FROM INBOX"):
+            deletes.append((statement, parameters, cursor.rowcount))
+            if len(deletes) == 1:  # a live message arrives while the prune runs
+                loop.call_soon_threadsafe(lambda: live.append(asyncio.ensure_future(stage_live())))
+
+    event.listen(Engine, "after_cursor_execute", seen)
+    try:
+        assert await inbox.forget_finished(older_than_s=3600) == 200
+        assert await live[0] == [True]
+    finally:
+        event.remove(Engine, "after_cursor_execute", seen)
+    assert [count for _, _, count in deletes] == [20] * 10 + [0]
+    assert staged_after[0] < len(deletes) - 1, "the live message waited for the whole prune"
+    assert await inbox.status_of("cli", "old-0") is None and await inbox.status_of("cli", "old-199") is None
+    assert await inbox.status_of("cli", "recent-0") == DONE
+    assert await inbox.status_of("cli", "waiting") == STAGED
+    if engine.dialect.name == "sqlite":
+        statement, parameters, _ = deletes[0]
+        with contextlib.closing(sqlite3.connect(str(engine.url.database))) as db:
+            plan = " | ".join(str(r[-1]) for r in db.execute("EXPLAIN QUERY PLAN " + statement, parameters))
+        assert "USING INDEX ix_inbox_finished_at" in plan or "USING COVERING INDEX ix_inbox_finished_at" in plan, plan
+        assert "SCAN inbox" not in plan, plan
 
 
 async def test_the_background_writer_retries_marks_whose_write_failed(
