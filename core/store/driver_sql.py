@@ -34,6 +34,7 @@ from typing import Any, cast
 
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ClauseElement
 
@@ -41,7 +42,7 @@ _SQL: dict[tuple[str, str, str, str], str] = {}
 
 
 def driver_sql(
-    conn: Connection, name: str, build: Callable[[], ClauseElement], binds: Sequence[str], *,
+    conn: Connection | AsyncConnection, name: str, build: Callable[[], ClauseElement], binds: Sequence[str], *,
     column_keys: Sequence[str] | None = None,
 ) -> str:
     """The SQL text of ``build()`` in ``conn``'s dialect, compiled once per (dialect, ``name``).

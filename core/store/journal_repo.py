@@ -14,7 +14,7 @@ after a deletion's clear is never read by generation g+1 (SM-21/SM-22), and
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
@@ -128,12 +128,11 @@ class SqlHistoryJournal:
         primary key: a reopen from a checkpoint reads only the rows it does not cover)."""
         if from_seq:
             rows = self._read_on_loop(SQLITE_TAIL, (session_id, generation, from_seq))
-            if rows is not None:
-                return _as_entries(rows)
-        where = and_(journal_entries.c.session_id == session_id, journal_entries.c.generation == generation)
-        if from_seq:
-            where = and_(where, journal_entries.c.seq >= from_seq)
-        return await self._entries(select(journal_entries).where(where).order_by(journal_entries.c.seq))
+            if rows is None:
+                rows = await self._pool_read("journal tail", _tail_query, ("sid", "gen", "from"), (session_id, generation, from_seq))
+        else:
+            rows = await self._pool_read("journal all", _all_query, ("sid", "gen"), (session_id, generation))
+        return _as_entries(rows)
 
     @property
     def reads_ahead(self) -> bool:
@@ -145,16 +144,9 @@ class SqlHistoryJournal:
     async def newest(self, session_id: str, *, generation: int = 0, count: int = READ_AHEAD_ROWS) -> NewestEntries:
         """The newest ``count`` rows of the session's ``generation`` (one backward range of the primary key),
         for a reopen that does not know yet from which seq it needs them."""
-        j = journal_entries
-        query = (
-            select(j).where(j.c.session_id == session_id, j.c.generation == generation)
-            .order_by(j.c.seq.desc()).limit(count)
+        rows = await self._pool_read(
+            "journal newest", _newest_query, ("sid", "gen", "n", "skip"), (session_id, generation, count, 0)
         )
-        try:
-            async with self._reads.connect() as conn:
-                rows = (await conn.execute(query)).all()
-        except DBAPIError as exc:
-            raise Unavailable(f"journal read failed: {exc.orig!r}") from exc
         return NewestEntries(rows[::-1], complete=len(rows) < count)
 
     async def entries_for_event(
@@ -164,19 +156,13 @@ class SqlHistoryJournal:
         one event's rows, whatever the session's length; on SQLite read on the loop, like a tail)."""
         names = [k.value for k in kinds]
         rows = self._read_on_loop(sqlite_event_sql(len(names)), (session_id, external_event_id, generation, *names))
-        if rows is not None:
-            return _as_entries(rows)
-        query = (
-            select(journal_entries)
-            .where(
-                journal_entries.c.session_id == session_id,
-                journal_entries.c.generation == generation,
-                journal_entries.c.external_event_id == external_event_id,
-                journal_entries.c.kind.in_(names),
+        if rows is None:
+            count = len(names)
+            rows = await self._pool_read(
+                f"journal event {count}", lambda: _event_query(count), ("sid", "gen", "event", *(f"k{i}" for i in range(count))),
+                (session_id, generation, external_event_id, *names),
             )
-            .order_by(journal_entries.c.seq)
-        )
-        return await self._entries(query)
+        return _as_entries(rows)
 
     def _read_on_loop(self, sql: str, params: tuple[Any, ...]) -> Sequence[Any] | None:
         """SQLite: the rows of ``sql`` (one of this module's ``SQLITE_`` texts) read on the event loop through
@@ -190,14 +176,18 @@ class SqlHistoryJournal:
         except DBAPIError:
             return None
 
-    async def _entries(self, query: Select[Any]) -> list[JournalEntry]:
-        """Run a query over journal rows and read them back as entries; Unavailable when the read fails."""
+    async def _pool_read(
+        self, name: str, build: Callable[[], Select[Any]], binds: tuple[str, ...], values: tuple[Any, ...]
+    ) -> Sequence[Any]:
+        """The rows of ``build()``'s statement read through the async pool, as the dialect's SQL text compiled
+        once (``driver_sql``: a construct built, cache-keyed and bound on every read cost ~0.22 ms of CPU of a
+        ~0.55 ms PostgreSQL read); Unavailable when the read fails."""
         try:
             async with self._reads.connect() as conn:
-                rows = (await conn.execute(query)).all()
+                sql = driver_sql(conn, name, build, binds)
+                return (await conn.exec_driver_sql(sql, values)).all()
         except DBAPIError as exc:
             raise Unavailable(f"journal read failed: {exc.orig!r}") from exc
-        return _as_entries(rows)
 
     async def event_ids(self, session_id: str, *, generation: int = 0) -> set[str]:
         """Every external event id the session's stored entries are tied to (read once per loaded session).
@@ -212,17 +202,7 @@ class SqlHistoryJournal:
         near = self._read_on_loop(SQLITE_EVENT_IDS, (session_id, bound))
         if near is not None and len(near) < bound:
             return {str(row[0]) for row in near}
-        j = journal_entries
-        query = (
-            select(j.c.external_event_id)
-            .where(j.c.session_id == session_id, j.c.external_event_id.is_not(None))
-            .distinct()
-        )
-        try:
-            async with self._reads.connect() as conn:
-                rows = (await conn.execute(query)).all()
-        except DBAPIError as exc:
-            raise Unavailable(f"journal read failed: {exc.orig!r}") from exc
+        rows = await self._pool_read("journal event ids", _event_ids_query, ("sid",), (session_id,))
         return {str(row[0]) for row in rows}
 
     async def clear(self, session_id: str, *, before_generation: int | None = None) -> None:
@@ -277,6 +257,45 @@ class NewestEntries:
         if not self._complete and (not self._rows or self._rows[0].seq > from_seq):
             return None
         return _as_entries([row for row in self._rows if row.seq >= from_seq])
+
+
+# The pool's reads (``_pool_read``), built once per dialect with named binds.
+def _all_query() -> Select[Any]:
+    j = journal_entries
+    return select(j).where(j.c.session_id == bindparam("sid"), j.c.generation == bindparam("gen")).order_by(j.c.seq)
+
+
+def _tail_query() -> Select[Any]:
+    j = journal_entries
+    return (
+        select(j).where(j.c.session_id == bindparam("sid"), j.c.generation == bindparam("gen"), j.c.seq >= bindparam("from"))
+        .order_by(j.c.seq)
+    )
+
+
+def _newest_query() -> Select[Any]:
+    j = journal_entries
+    return (
+        select(j).where(j.c.session_id == bindparam("sid"), j.c.generation == bindparam("gen"))
+        .order_by(j.c.seq.desc()).limit(bindparam("n")).offset(bindparam("skip"))  # SQLite binds an OFFSET anyway
+    )
+
+
+def _event_query(kinds: int) -> Select[Any]:
+    j = journal_entries
+    return (
+        select(j)
+        .where(
+            j.c.session_id == bindparam("sid"), j.c.generation == bindparam("gen"),
+            j.c.external_event_id == bindparam("event"), j.c.kind.in_([bindparam(f"k{i}") for i in range(kinds)]),
+        )
+        .order_by(j.c.seq)
+    )
+
+
+def _event_ids_query() -> Select[Any]:
+    j = journal_entries
+    return select(j.c.external_event_id).where(j.c.session_id == bindparam("sid"), j.c.external_event_id.is_not(None)).distinct()
 
 
 # The columns of an appended row, in the order of the tuples ``append`` builds.
