@@ -14,7 +14,9 @@ after a deletion's clear is never read by generation g+1 (SM-21/SM-22), and
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -39,27 +41,6 @@ READ_AHEAD_ROWS = 4
 # many, like a tail; a read that comes back full goes through the async pool (a session that long would
 # hold the loop).
 EVENT_IDS_ON_LOOP = 2048
-
-# The reads SQLite runs on the event loop, as fixed SQL text: through SQLAlchemy's constructs each one
-# built its statement, walked its cache key and bound its values again, ~0.35 ms of a ~0.4 ms read (a
-# reopened session's tail, a KS-14 lookup). Their rows are those of the constructs the pool reads with.
-_SELECTED = ", ".join(c.name for c in journal_entries.columns)
-SQLITE_TAIL = f"SELECT {_SELECTED} FROM journal_entries WHERE session_id = ? AND generation = ? AND seq >= ? ORDER BY seq"
-SQLITE_EVENT_IDS = (
-    "SELECT DISTINCT external_event_id FROM journal_entries WHERE session_id = ? AND external_event_id IS NOT NULL LIMIT ?"
-)
-
-
-def sqlite_event_sql(kinds: int) -> str:
-    """One event's entries of ``kinds`` kinds. The index is named: SQLite's planner otherwise takes the
-    primary key, which also gives the seq order, and filters every row of the session (0.8 ms a lookup
-    at 3,000 entries, on the loop), where the event index reads that event's few rows and sorts them."""
-    return (
-        f"SELECT {_SELECTED} FROM journal_entries INDEXED BY ix_journal_entries_event"
-        f" WHERE session_id = ? AND external_event_id = ? AND generation = ? AND kind IN ({', '.join(['?'] * kinds)})"
-        " ORDER BY seq"
-    )
-
 
 class SqlHistoryJournal:
     """``HistoryJournal`` on SQLAlchemy async (SQLite or PostgreSQL). Call ``aclose`` at shutdown."""
@@ -127,11 +108,12 @@ class SqlHistoryJournal:
         """Every entry of the session's ``generation`` with ``seq >= from_seq`` in seq order (a range of the
         primary key: a reopen from a checkpoint reads only the rows it does not cover)."""
         if from_seq:
-            rows = self._read_on_loop(SQLITE_TAIL, (session_id, generation, from_seq))
+            values: tuple[Any, ...] = (session_id, generation, from_seq)
+            rows = self._read_on_loop(_TAIL, values)
             if rows is None:
-                rows = await self._pool_read("journal tail", _tail_query, ("sid", "gen", "from"), (session_id, generation, from_seq))
+                rows = await self._pool_read(_TAIL, values)
         else:
-            rows = await self._pool_read("journal all", _all_query, ("sid", "gen"), (session_id, generation))
+            rows = await self._pool_read(_ALL, (session_id, generation))
         return _as_entries(rows)
 
     @property
@@ -144,9 +126,7 @@ class SqlHistoryJournal:
     async def newest(self, session_id: str, *, generation: int = 0, count: int = READ_AHEAD_ROWS) -> NewestEntries:
         """The newest ``count`` rows of the session's ``generation`` (one backward range of the primary key),
         for a reopen that does not know yet from which seq it needs them."""
-        rows = await self._pool_read(
-            "journal newest", _newest_query, ("sid", "gen", "n", "skip"), (session_id, generation, count, 0)
-        )
+        rows = await self._pool_read(_NEWEST, (session_id, generation, count, 0))
         return NewestEntries(rows[::-1], complete=len(rows) < count)
 
     async def entries_for_event(
@@ -154,37 +134,33 @@ class SqlHistoryJournal:
     ) -> list[JournalEntry]:
         """``generation``'s entries of ``kinds`` tied to the event in seq order (index ``ix_journal_entries_event``:
         one event's rows, whatever the session's length; on SQLite read on the loop, like a tail)."""
-        names = [k.value for k in kinds]
-        rows = self._read_on_loop(sqlite_event_sql(len(names)), (session_id, external_event_id, generation, *names))
+        read = _event_read(len(kinds))
+        values = (session_id, generation, external_event_id, *(k.value for k in kinds))
+        rows = self._read_on_loop(read, values)
         if rows is None:
-            count = len(names)
-            rows = await self._pool_read(
-                f"journal event {count}", lambda: _event_query(count), ("sid", "gen", "event", *(f"k{i}" for i in range(count))),
-                (session_id, generation, external_event_id, *names),
-            )
+            rows = await self._pool_read(read, values)
         return _as_entries(rows)
 
-    def _read_on_loop(self, sql: str, params: tuple[Any, ...]) -> Sequence[Any] | None:
-        """SQLite: the rows of ``sql`` (one of this module's ``SQLITE_`` texts) read on the event loop through
-        the read-only connection; None on PostgreSQL, or when that read fails (busy: the reader never waits
-        on the loop), for the pool to read the same rows."""
+    def _read_on_loop(self, read: _Read, values: tuple[Any, ...]) -> Sequence[Any] | None:
+        """SQLite: ``read``'s rows read on the event loop through the read-only connection, the index it names
+        used; None on PostgreSQL, or when that read fails (busy: the reader never waits on the loop; or no
+        such index), for the pool to read the same rows."""
         if self._tail_reader is None:
             return None
         try:
             with self._tail_reader.connect() as conn:
-                return conn.exec_driver_sql(sql, params).all()
+                sql = driver_sql(conn, read.name, read.build, read.binds)
+                if read.sqlite_index is not None:
+                    sql = sql.replace("FROM journal_entries", f"FROM journal_entries INDEXED BY {read.sqlite_index}", 1)
+                return conn.exec_driver_sql(sql, values).all()
         except DBAPIError:
             return None
 
-    async def _pool_read(
-        self, name: str, build: Callable[[], Select[Any]], binds: tuple[str, ...], values: tuple[Any, ...]
-    ) -> Sequence[Any]:
-        """The rows of ``build()``'s statement read through the async pool, as the dialect's SQL text compiled
-        once (``driver_sql``: a construct built, cache-keyed and bound on every read cost ~0.22 ms of CPU of a
-        ~0.55 ms PostgreSQL read); Unavailable when the read fails."""
+    async def _pool_read(self, read: _Read, values: tuple[Any, ...]) -> Sequence[Any]:
+        """``read``'s rows through the async pool; Unavailable when the read fails."""
         try:
             async with self._reads.connect() as conn:
-                sql = driver_sql(conn, name, build, binds)
+                sql = driver_sql(conn, read.name, read.build, read.binds)
                 return (await conn.exec_driver_sql(sql, values)).all()
         except DBAPIError as exc:
             raise Unavailable(f"journal read failed: {exc.orig!r}") from exc
@@ -199,10 +175,10 @@ class SqlHistoryJournal:
         hops took ~2 ms of a message after a reopen), unless the session has ``EVENT_IDS_ON_LOOP``
         or more events."""
         bound = EVENT_IDS_ON_LOOP
-        near = self._read_on_loop(SQLITE_EVENT_IDS, (session_id, bound))
+        near = self._read_on_loop(_EVENT_IDS_NEAR, (session_id, bound, 0))
         if near is not None and len(near) < bound:
             return {str(row[0]) for row in near}
-        rows = await self._pool_read("journal event ids", _event_ids_query, ("sid",), (session_id,))
+        rows = await self._pool_read(_EVENT_IDS, (session_id,))
         return {str(row[0]) for row in rows}
 
     async def clear(self, session_id: str, *, before_generation: int | None = None) -> None:
@@ -259,43 +235,57 @@ class NewestEntries:
         return _as_entries([row for row in self._rows if row.seq >= from_seq])
 
 
-# The pool's reads (``_pool_read``), built once per dialect with named binds.
-def _all_query() -> Select[Any]:
-    j = journal_entries
-    return select(j).where(j.c.session_id == bindparam("sid"), j.c.generation == bindparam("gen")).order_by(j.c.seq)
+@dataclass(frozen=True)
+class _Read:
+    """A journal read: its statement, compiled once per dialect and run as SQL text with its values in
+    ``binds`` order (``driver_sql``). Built, cache-keyed and bound through SQLAlchemy on every read, the
+    same statements cost ~0.3 ms of a ~0.4 ms SQLite read on the loop and ~0.22 ms of CPU of a ~0.55 ms
+    PostgreSQL read. ``sqlite_index``: the index SQLite must read it through (``INDEXED BY``), where its
+    planner would take another."""
+
+    name: str
+    build: Callable[[], Select[Any]]
+    binds: tuple[str, ...]
+    sqlite_index: str | None = None
 
 
-def _tail_query() -> Select[Any]:
-    j = journal_entries
-    return (
-        select(j).where(j.c.session_id == bindparam("sid"), j.c.generation == bindparam("gen"), j.c.seq >= bindparam("from"))
-        .order_by(j.c.seq)
+_J = journal_entries
+_OF_SESSION = (_J.c.session_id == bindparam("sid"), _J.c.generation == bindparam("gen"))
+_ALL = _Read("journal all", lambda: select(_J).where(*_OF_SESSION).order_by(_J.c.seq), ("sid", "gen"))
+_TAIL = _Read(
+    "journal tail", lambda: select(_J).where(*_OF_SESSION, _J.c.seq >= bindparam("from")).order_by(_J.c.seq),
+    ("sid", "gen", "from"),
+)
+# LIMIT with its OFFSET bound: SQLite's compiler binds one anyway.
+_NEWEST = _Read(
+    "journal newest",
+    lambda: select(_J).where(*_OF_SESSION).order_by(_J.c.seq.desc()).limit(bindparam("n")).offset(bindparam("skip")),
+    ("sid", "gen", "n", "skip"),
+)
+_EVENT_IDS = _Read(
+    "journal event ids",
+    lambda: select(_J.c.external_event_id).where(_J.c.session_id == bindparam("sid"), _J.c.external_event_id.is_not(None)).distinct(),
+    ("sid",),
+)
+_EVENT_IDS_NEAR = _Read(
+    "journal event ids near", lambda: _EVENT_IDS.build().limit(bindparam("n")).offset(bindparam("skip")), ("sid", "n", "skip"),
+)
+
+
+@functools.cache
+def _event_read(kinds: int) -> _Read:
+    """One event's entries of ``kinds`` kinds. SQLite's planner takes the primary key for it, which also gives
+    the seq order, and filters every row of the session (0.8 ms a lookup at 3,000 entries, on the loop): it is
+    told to read the event index, which holds that event's few rows."""
+    return _Read(
+        f"journal event {kinds}",
+        lambda: select(_J).where(
+            *_OF_SESSION, _J.c.external_event_id == bindparam("event"),
+            _J.c.kind.in_([bindparam(f"k{i}") for i in range(kinds)]),
+        ).order_by(_J.c.seq),
+        ("sid", "gen", "event", *(f"k{i}" for i in range(kinds))),
+        sqlite_index="ix_journal_entries_event",
     )
-
-
-def _newest_query() -> Select[Any]:
-    j = journal_entries
-    return (
-        select(j).where(j.c.session_id == bindparam("sid"), j.c.generation == bindparam("gen"))
-        .order_by(j.c.seq.desc()).limit(bindparam("n")).offset(bindparam("skip"))  # SQLite binds an OFFSET anyway
-    )
-
-
-def _event_query(kinds: int) -> Select[Any]:
-    j = journal_entries
-    return (
-        select(j)
-        .where(
-            j.c.session_id == bindparam("sid"), j.c.generation == bindparam("gen"),
-            j.c.external_event_id == bindparam("event"), j.c.kind.in_([bindparam(f"k{i}") for i in range(kinds)]),
-        )
-        .order_by(j.c.seq)
-    )
-
-
-def _event_ids_query() -> Select[Any]:
-    j = journal_entries
-    return select(j.c.external_event_id).where(j.c.session_id == bindparam("sid"), j.c.external_event_id.is_not(None)).distinct()
 
 
 # The columns of an appended row, in the order of the tuples ``append`` builds.
