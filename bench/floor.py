@@ -26,7 +26,11 @@ event loop with NORMAL and in a writer thread with FULL, and the WAL checkpointe
 ``core/store/wal_checkpoints.WalCheckpoints``, as ``core/store/committer.py`` does). Event and reply acks are
 awaited without holding the session back (turnstile pipelines them too).
 
-Run as a child process: ``python -m bench.floor --nats-url … --prefix … --shape JSON --db PATH``.
+``--engine`` (worker ``floor+engine``) adds turnstile's turn engine (bench/floor_engine.py): its journal
+entries are the rows committed, its complete snapshots the checkpoints published (instead of the
+shape's size in ``x``), its answer the reply's text.
+
+Run as a child process: ``python -m bench.floor --nats-url … --prefix … --shape JSON --db PATH [--engine]``.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from nats.js import JetStreamContext
 from nats.js.errors import APIError, NotFoundError
 
 from bench.baseline import MAX_RETRIES, RETRY_DELAY_S, TOO_MANY_REQUESTS, baseline_settings
+from bench.floor_engine import EngineTurns
 from bench.shape import EventIds, PublishShape, Spreader, payload_size
 from bench.worker_link import open_worker
 from consumers.nats_flush import flush
@@ -151,9 +156,10 @@ class Floor:
 
     def __init__(
         self, js: JetStreamContext, prefix: str, shape: PublishShape, committer: Committer, reader: sqlite3.Connection,
-        max_turns: int,
+        max_turns: int, engine: EngineTurns | None = None,
     ) -> None:
         self.js = js
+        self.engine = engine
         self.reader = reader
         self.prefix = prefix
         self.committer = committer
@@ -214,8 +220,9 @@ class Floor:
                 fence = int((await self.js.get_last_msg(self.ck_stream, ck_subject)).seq or 0)
         self.last_ck[sid] = fence
 
-    def _checkpoint(self, subject: str, sid: str) -> asyncio.Task[int]:
-        return asyncio.ensure_future(publish(self.js, subject, self.ck_payload, {FENCE: str(self.last_ck.get(sid, 0))}))
+    def _checkpoint(self, subject: str, sid: str, payload: bytes | None = None) -> asyncio.Task[int]:
+        body = self.ck_payload if payload is None else payload
+        return asyncio.ensure_future(publish(self.js, subject, body, {FENCE: str(self.last_ck.get(sid, 0))}))
 
     def _in_background(self, aw: Any) -> None:
         task = asyncio.ensure_future(aw)
@@ -239,13 +246,16 @@ class Floor:
         text = "echo: " + inbound["text"]
         if sid not in self.last_ck:
             await self._load(sid, ck_subject)
-        await self._journal(sid, "user", inbound["text"].encode())
-        first = self._checkpoint(ck_subject, sid) if checkpoints else None
-        await self._journal(sid, "answer", text.encode())  # overlaps the first checkpoint's round trip
-        if first is not None:
-            self.last_ck[sid] = await first
-        for _ in range(checkpoints - 1):  # each fenced on the previous one: a serial round trip
-            self.last_ck[sid] = await self._checkpoint(ck_subject, sid)
+        if self.engine is not None:
+            text = await self._engine_turn(inbound, ck_subject)
+        else:
+            await self._journal(sid, "user", inbound["text"].encode())
+            first = self._checkpoint(ck_subject, sid) if checkpoints else None
+            await self._journal(sid, "answer", text.encode())  # overlaps the first checkpoint's round trip
+            if first is not None:
+                self.last_ck[sid] = await first
+            for _ in range(checkpoints - 1):  # each fenced on the previous one: a serial round trip
+                self.last_ck[sid] = await self._checkpoint(ck_subject, sid)
         for _ in range(self.ev_spread.take()):
             self._in_background(publish(self.js, f"{self.prefix}.events.{token}.turn.ended", self.ev_payload,
                                         self.event_ids.headers()))
@@ -259,6 +269,24 @@ class Floor:
         self.answered += 1
 
 
+    async def _engine_turn(self, inbound: dict[str, Any], ck_subject: str) -> str:
+        """The engine's turn: each snapshot published fenced on the previous one's ack (which overlaps the
+        next step's work, as in ``consumers/checkpoints.py``); returns after the last one's ack."""
+        assert self.engine is not None
+        sid = inbound["session_id"]
+        pending: list[asyncio.Task[int]] = []
+
+        async def checkpoint(raw: bytes) -> None:
+            if pending:
+                self.last_ck[sid] = await pending.pop()
+            pending.append(self._checkpoint(ck_subject, sid, raw))
+
+        text = await self.engine.turn(inbound, checkpoint)
+        if pending:
+            self.last_ck[sid] = await pending.pop()  # ownership proof before the reply
+        return text
+
+
 async def _wait_for_go(nc: Any, prefix: str, stop: asyncio.Event, max_s: float) -> None:
     go = await nc.subscribe(f"{prefix}.bench.go")
     await flush(nc)
@@ -270,12 +298,14 @@ async def _wait_for_go(nc: Any, prefix: str, stop: asyncio.Event, max_s: float) 
     stopped.cancel()
 
 
-async def run(nats_url: str, prefix: str, shape: PublishShape, db: Path, max_s: float) -> None:
+async def run(nats_url: str, prefix: str, shape: PublishShape, db: Path, max_s: float, engine: bool = False) -> None:
     link = await open_worker(baseline_settings(nats_url, prefix), max_s)
     settings, subjects, nc, js, psub, stop = link.settings, link.subjects, link.nc, link.js, link.psub, link.stop
     synchronous = Settings().sqlite_synchronous
     committer = Committer(open_db(db, synchronous), inline=synchronous == "NORMAL")
-    floor = Floor(js, prefix, shape, committer, open_db(db, synchronous), settings.max_concurrent_turns)
+    reader = open_db(db, synchronous)
+    turns = EngineTurns(committer.write, reader) if engine else None
+    floor = Floor(js, prefix, shape, committer, reader, settings.max_concurrent_turns, turns)
     await _wait_for_go(nc, prefix, stop, max_s)
 
     in_flight = asyncio.Semaphore(settings.max_inbound_in_flight)  # staged, not yet answered
@@ -323,10 +353,11 @@ def main() -> None:
     parser.add_argument("--shape", required=True, help="PublishShape as JSON")
     parser.add_argument("--db", type=Path, required=True, help="SQLite file (created)")
     parser.add_argument("--max-s", type=float, default=600.0, help="stop by itself after this")
+    parser.add_argument("--engine", action="store_true", help="run turnstile's turn engine (bench/floor_engine.py)")
     args = parser.parse_args()
     shape = PublishShape.from_dict(orjson.loads(args.shape))
     started = time.monotonic()
-    asyncio.run(run(args.nats_url, args.prefix, shape, args.db, args.max_s))
+    asyncio.run(run(args.nats_url, args.prefix, shape, args.db, args.max_s, args.engine))
     print(f"floor stopped after {time.monotonic() - started:.1f}s", flush=True)
 
 

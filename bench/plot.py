@@ -16,6 +16,7 @@ SERIES = (
     ("baseline", "plain", "baseline A (raw nats-py)", "tab:gray", "s", "--"),
     ("baseline", "tools", "baseline A, 2-tool shape", "tab:gray", "^", ":"),
     ("floor", "plain", "guarantee floor (baseline A + ordering, fences, SQL)", "tab:green", "*", "--"),
+    ("floor+engine", "plain", "guarantee floor + turnstile's turn engine", "tab:olive", "*", ":"),
     ("turnstile", "plain", "turnstile (1 reply)", "tab:blue", "o", "-"),
     ("turnstile/pg", "plain", "turnstile on PostgreSQL", "tab:purple", "P", "-"),
     ("turnstile", "tools", "turnstile (2 tool calls)", "tab:cyan", "D", "-"),

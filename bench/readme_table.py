@@ -18,6 +18,7 @@ WORKERS = (
     ("turnstile/pg", "turnstile (PostgreSQL)"),
     ("baseline", "baseline A"),
     ("floor", "guarantee floor (baseline A + turnstile's ordering and durability)"),
+    ("floor+engine", "guarantee floor running turnstile's turn engine"),
     ("lg+nats/pg", "fair peer (nats-py + LangGraph + PostgreSQL)"),
     ("langgraph", "LangGraph + SQLite, in-process"),
 )

@@ -36,6 +36,7 @@ from bench.scaleout import turnstile_scaleout
 from bench.startup import cli_startup
 from bench.startup import summary as startup_summary
 from bench.scenarios import (
+    FLOOR_ENGINE,
     PEER,
     BenchContext,
     baseline_load,
@@ -57,7 +58,7 @@ CHECKPOINTS_KEPT_VARIANTS = (2, 16, 64)
 PHASES = ("load", "sync", "turns20", "growth", "hol", "scaleout", "startup")
 # Rows of the load phase in run order; ``--workers`` picks some of them (``tools``: turnstile's and
 # baseline A's two-tool turn where the profile measures it; ``peer``: the fair peer).
-LOAD_WORKERS = ("turnstile", "turnstile/pg", "baseline", "floor", "tools", "langgraph", "peer")
+LOAD_WORKERS = ("turnstile", "turnstile/pg", "baseline", "floor", FLOOR_ENGINE, "tools", "langgraph", "peer")
 
 
 def _say(text: str) -> None:
@@ -153,6 +154,12 @@ async def run_all(
                 fl["shape_fallback"] = fb1 or fb2
                 result["load"].append(fl)
                 _say(f"  floor:           {_summary(fl)}")
+                await settle()
+            if FLOOR_ENGINE in workers:
+                fe = await _timed(baseline_load(ctx, sessions, drain_shape, paced_shape, "plain", worker=FLOOR_ENGINE))
+                fe["shape_fallback"] = fb1 or fb2
+                result["load"].append(fe)
+                _say(f"  floor+engine:    {_summary(fe)}")
                 await settle()
             if "tools" in workers and sessions in profile.tools_session_counts:
                 tt = await _timed(turnstile_load(ctx, sessions, "tools"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import sqlite3
 import time
 import uuid
@@ -147,10 +148,12 @@ async def baseline_load(
     ctx: BenchContext, sessions: int, drain_shape: PublishShape, paced_shape: PublishShape, label: str,
     worker: str = "baseline",
 ) -> dict[str, Any]:
-    """Baseline A (or, ``worker="floor"``, the guarantee floor) with turnstile's measured shapes: the same drain and paced phases."""
+    """Baseline A (or, ``worker="floor"``, the guarantee floor; ``"floor+engine"``, the floor running turnstile's
+    turn engine) with turnstile's measured shapes: the same drain and paced phases."""
     p = ctx.profile
-    start = start_floor if worker == "floor" else start_baseline
-    prefix = new_prefix("fl" if worker == "floor" else "bl")
+    floor = worker in ("floor", FLOOR_ENGINE)
+    start = functools.partial(start_floor, engine=worker == FLOOR_ENGINE) if floor else start_baseline
+    prefix = new_prefix(("fe" if worker == FLOOR_ENGINE else "fl") if floor else "bl")
     subjects = Subjects(prefix)
     await ensure_streams(ctx.js, baseline_settings(ctx.nats_url, prefix), subjects)
     sids = session_ids(uuid.uuid4().hex[:8], sessions)
@@ -161,8 +164,11 @@ async def baseline_load(
     max_s = p.reply_timeout_s * 3
     try:
         before = await stream_states(ctx.js, subjects)
-        # A longer backlog than turnstile's: the baseline drains it in a fraction of a second.
-        backlog = max(p.drain_count(sessions, label), p.baseline_min_drain)
+        # A longer backlog than turnstile's: the baseline drains it in a fraction of a second. The floor
+        # running the engine drains turnstile's: its transcripts, and so its snapshots, grow as turnstile's do.
+        backlog = p.drain_count(sessions, label)
+        if worker != FLOOR_ENGINE:
+            backlog = max(backlog, p.baseline_min_drain)
         await driver.preload(message_plan(sids, backlog, TURN_TEXTS[label]))
         child = await start(
             ctx.nats_url, prefix, orjson.dumps(drain_shape.as_dict()).decode(), ctx.work / f"{prefix}-drain.log", max_s
@@ -198,6 +204,7 @@ async def baseline_load(
 
 
 PEER = "lg+nats/pg"  # the fair peer's worker name in the rows
+FLOOR_ENGINE = "floor+engine"  # the guarantee floor running turnstile's turn engine (bench/floor_engine.py)
 
 
 async def _count_commits(out: dict[str, Any], database: str) -> None:

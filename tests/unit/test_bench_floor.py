@@ -6,9 +6,11 @@ import asyncio
 import sqlite3
 from pathlib import Path
 
+import orjson
 import pytest
 
 from bench.floor import Committer, open_db
+from bench.floor_engine import EngineTurns
 from core.store.wal_checkpoints import WAL_CHECKPOINT_EVERY
 
 
@@ -60,3 +62,35 @@ async def test_the_floor_checkpoints_its_wal_in_a_thread_every_n_transactions_ne
     while db.stat().st_size < (WAL_CHECKPOINT_EVERY - 1) * 50_000:  # the checkpoint copies every row into the database file
         assert asyncio.get_running_loop().time() < deadline, "no WAL checkpoint after WAL_CHECKPOINT_EVERY transactions"
         await asyncio.sleep(0.01)
+
+
+async def test_the_floor_with_the_engine_journals_each_step_before_its_complete_snapshot_and_reopens_from_it(
+    tmp_path: Path,
+) -> None:
+    """bench/floor_engine.py: the engine's entries are committed before each checkpoint is handed over, each
+    checkpoint is the whole session, and a later process (the paced phase's) continues the same sessions."""
+    db = tmp_path / "f.db"
+    committer = Committer(open_db(db, "NORMAL"), inline=True)
+    reader = open_db(db, "NORMAL")
+    observer = sqlite3.connect(db)
+    published: list[tuple[int, dict[str, object]]] = []
+
+    async def checkpoint(raw: bytes) -> None:
+        committed = observer.execute("SELECT count(*) FROM journal WHERE session_id = 's1'").fetchone()[0]
+        published.append((committed, orjson.loads(raw)))
+
+    turns = EngineTurns(committer.write, reader)
+    answer = await turns.turn({"session_id": "s1", "id": "m1", "text": "hello"}, checkpoint)
+    assert answer == "echo: hello"
+    assert len(published) == 2  # the user message staged, then the answer: one snapshot each (KS-10)
+    (rows_1, snap_1), (rows_2, snap_2) = published
+    assert 0 < rows_1 < rows_2  # each step's entries were committed before its snapshot went out
+    assert [item["kind"] for item in snap_1["transcript"]] == ["user_message"]
+    assert [item["kind"] for item in snap_2["transcript"]] == ["user_message", "agent_message"]
+    assert snap_2["chatend_text"] and snap_2["projection"]  # the complete snapshot (KS-20), not a stand-in
+
+    published.clear()
+    later = EngineTurns(committer.write, open_db(db, "NORMAL"))  # another process, same file
+    assert await later.turn({"session_id": "s1", "id": "m2", "text": "again"}, checkpoint) == "echo: again"
+    transcript = [item["payload"]["text"] for item in published[-1][1]["transcript"]]
+    assert transcript == ["hello", "echo: hello", "again", "echo: again"]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from bench.report import evaluate_targets, floor_note, storage_summary, with_floor
 
 
@@ -114,3 +116,17 @@ def test_with_floor_leaves_a_missing_figure_missing() -> None:
     target = with_floor({"limit": 0.8}, 10.0, None, 20.0, True)
     assert target["floor"] is None and target["floor_pass"] is None and target["over_floor"] is None
     assert floor_note(target) == "; floor: no figure"
+
+
+def test_the_floor_running_the_engine_is_printed_beside_the_floor() -> None:
+    result = _with_floor()
+    result["load"].append(_row("floor+engine", 100, 800.0, 4.5, 10.0, 1_200.0))
+    targets = evaluate_targets(result, ("load",))
+    cpu = _target_named(targets, "worker CPU/msg ≤ 1.5× baseline A @ 100 sessions")
+    assert cpu["engine"] == pytest.approx(1_200 / 700) and cpu["engine_pass"] is False  # the engine's share alone misses
+    assert cpu["over_engine"] == pytest.approx(1_000 / 1_200)
+    assert cpu["pass"] is True  # still judged against baseline A only
+    note = floor_note(cpu)
+    assert note.index("; floor ") < note.index("; floor+engine 1.71× baseline A (misses the limit too)")
+    assert note.endswith("turnstile 0.83× the floor+engine")
+    assert cpu["detail"].endswith("(floor 900) (floor+engine 1,200)")
