@@ -28,7 +28,8 @@ awaited without holding the session back (turnstile pipelines them too).
 
 ``--engine`` (worker ``floor+engine``) adds turnstile's turn engine (bench/floor_engine.py): its journal
 entries are the rows committed, its complete snapshots the checkpoints published (instead of the
-shape's size in ``x``), its answer the reply's text.
+shape's size in ``x``), its answer the reply's text; the process then runs with the service's garbage
+collector and allocator settings (``tune_gc``, ``tune_malloc``), as ``turnstile run`` does.
 
 Run as a child process: ``python -m bench.floor --nats-url … --prefix … --shape JSON --db PATH [--engine]``.
 """
@@ -57,6 +58,8 @@ from bench.baseline import MAX_RETRIES, RETRY_DELAY_S, TOO_MANY_REQUESTS, baseli
 from bench.floor_engine import EngineTurns
 from bench.shape import EventIds, PublishShape, Spreader, payload_size
 from bench.worker_link import open_worker
+from consumers.cli import tune_gc
+from consumers.malloc_tuning import tune_malloc
 from consumers.nats_flush import flush
 from consumers.settings import Settings
 from core.store.db import SQLITE_BUSY_TIMEOUT_MS
@@ -304,7 +307,13 @@ async def run(nats_url: str, prefix: str, shape: PublishShape, db: Path, max_s: 
     synchronous = Settings().sqlite_synchronous
     committer = Committer(open_db(db, synchronous), inline=synchronous == "NORMAL")
     reader = open_db(db, synchronous)
-    turns = EngineTurns(committer.write, reader) if engine else None
+    turns = None
+    if engine:  # the engine's sessions are long-lived objects: the service's collector and allocator settings
+        service_settings = Settings()
+        tune_gc(service_settings.gc_threshold)
+        if service_settings.malloc_mmap_threshold:
+            tune_malloc(service_settings.malloc_mmap_threshold)
+        turns = EngineTurns(committer.write, reader)
     floor = Floor(js, prefix, shape, committer, reader, settings.max_concurrent_turns, turns)
     await _wait_for_go(nc, prefix, stop, max_s)
 
