@@ -271,7 +271,6 @@ class Floor:
                                         {"Nats-Msg-Id": f"{sid}:{inbound['id']}:{seq}"}))
         self.answered += 1
 
-
     async def _engine_turn(self, inbound: dict[str, Any], ck_subject: str) -> str:
         """The engine's turn: each snapshot published fenced on the previous one's ack (which overlaps the
         next step's work, as in ``consumers/checkpoints.py``); returns after the last one's ack."""
