@@ -245,13 +245,13 @@ class Floor:
         sid = inbound["session_id"]
         token = encode_sid(sid)
         ck_subject = f"{self.prefix}.checkpoint.{token}"
-        checkpoints = self.ck_spread.take()
-        text = "echo: " + inbound["text"]
         if sid not in self.last_ck:
             await self._load(sid, ck_subject)
         if self.engine is not None:
             text = await self._engine_turn(inbound, ck_subject)
         else:
+            checkpoints = self.ck_spread.take()
+            text = "echo: " + inbound["text"]
             await self._journal(sid, "user", inbound["text"].encode())
             first = self._checkpoint(ck_subject, sid) if checkpoints else None
             await self._journal(sid, "answer", text.encode())  # overlaps the first checkpoint's round trip

@@ -151,7 +151,7 @@ class SqlHistoryJournal:
             with self._tail_reader.connect() as conn:
                 sql = driver_sql(conn, read.name, read.build, read.binds)
                 if read.sqlite_index is not None:
-                    sql = sql.replace("FROM journal_entries", f"FROM journal_entries INDEXED BY {read.sqlite_index}", 1)
+                    sql = _indexed_by(sql, read.sqlite_index)
                 return conn.exec_driver_sql(sql, values).all()
         except DBAPIError:
             return None
@@ -270,6 +270,13 @@ _EVENT_IDS = _Read(
 _EVENT_IDS_NEAR = _Read(
     "journal event ids near", lambda: _EVENT_IDS.build().limit(bindparam("n")).offset(bindparam("skip")), ("sid", "n", "skip"),
 )
+
+
+@functools.cache
+def _indexed_by(sql: str, index: str) -> str:
+    """``sql`` reading ``journal_entries`` through ``index`` (SQLite's ``INDEXED BY``; SQLAlchemy renders no
+    table hints for SQLite), made once per statement text."""
+    return sql.replace("FROM journal_entries", f"FROM journal_entries INDEXED BY {index}", 1)
 
 
 @functools.cache
