@@ -94,6 +94,25 @@ class StreamState:
     last_seq: int
 
 
+async def settled_stream_states(
+    js: JetStreamContext, subjects: Subjects, quiet_s: float = 0.25, timeout_s: float = 30.0
+) -> dict[str, StreamState]:
+    """``stream_states`` once no stream's last sequence moved for ``quiet_s`` (at most ``timeout_s``).
+
+    After the last reply a service still publishes what follows it (``turn.ended``, ``usage``, the
+    written-behind ``session.updated``); read at once, a phase boundary would count those of the
+    phase before into the next one."""
+    deadline = time.monotonic() + timeout_s
+    last = await stream_states(js, subjects)
+    while time.monotonic() < deadline:
+        await asyncio.sleep(quiet_s)  # the polling interval of a wait for an outcome (no new sequence)
+        now = await stream_states(js, subjects)
+        if all(now[k].last_seq == last[k].last_seq for k in now):
+            return now
+        last = now
+    return last
+
+
 async def stream_states(js: JetStreamContext, subjects: Subjects) -> dict[str, StreamState]:
     """State of the checkpoint, events, outbound and inbound streams of a prefix (missing → zeros)."""
     out: dict[str, StreamState] = {}

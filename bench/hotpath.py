@@ -39,7 +39,7 @@ import orjson
 import psutil
 from nats.aio.msg import Msg
 
-from bench.common import ROOT, Child, ProcessMeter, delete_streams, stream_states, wait_until
+from bench.common import ROOT, Child, ProcessMeter, delete_streams, settled_stream_states, stream_states, wait_until
 from bench.driver import Driver, Meters, message_plan, session_ids
 from bench.pg import fresh_database, pg_url
 from bench.scenarios import plain_text
@@ -210,7 +210,7 @@ async def _measure(
         await driver.attach()
         sids = session_ids(uuid.uuid4().hex[:8], sessions)
         await driver.rounds(sids, turns, lambda r: "first turn", 60)  # every session exists: later turns are plain
-        before = await stream_states(js, subjects)
+        before = await settled_stream_states(js, subjects)  # the setup turns' trailing publishes are not the window's
         os.kill(child.pid, signal.SIGUSR1)
         tally.active = True
         cpu0, (main0, other0), srv0, t0 = child.meter.cpu_s(), _thread_cpu(child.pid), server_meter.cpu_s(), time.perf_counter()

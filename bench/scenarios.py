@@ -16,7 +16,16 @@ from nats.aio.client import Client
 from nats.js.errors import NotFoundError
 
 from bench.baseline import baseline_settings
-from bench.common import Child, LatencyStats, ProcessMeter, delete_streams, file_bytes, stream_states, wait_until
+from bench.common import (
+    Child,
+    LatencyStats,
+    ProcessMeter,
+    delete_streams,
+    file_bytes,
+    settled_stream_states,
+    stream_states,
+    wait_until,
+)
 from bench.driver import CheckpointBytesMetric, Driver, Meters, message_plan, session_ids
 from bench.langgraph_nats_peer import peer_settings
 from bench.pg import commits, database_bytes, fresh_database, pg_url
@@ -117,7 +126,8 @@ async def _turnstile_load(ctx: BenchContext, sessions: int, turn: str, db_env: d
         driver.timer.meters = Meters(child.meter, ctx.server_meter)
         driver.open_window()
         drain = await driver.measure_drain(sessions, p.drain_timeout_s(backlog))
-        mid = await stream_states(ctx.js, subjects)
+        # What the drain's last turns publish after their replies belongs to the drain, not the paced window.
+        mid = await settled_stream_states(ctx.js, subjects)
         await flush(ctx.nc)
         seen_mid = await counter.snapshot()
         out["drain"] = drain.as_dict()
@@ -126,7 +136,7 @@ async def _turnstile_load(ctx: BenchContext, sessions: int, turn: str, db_env: d
         paced = await driver.paced(
             message_plan(sids, p.paced_count(sessions, turn), text), p.paced_rate_per_s, sessions, p.reply_timeout_s
         )
-        after = await stream_states(ctx.js, subjects)
+        after = await settled_stream_states(ctx.js, subjects)
         await flush(ctx.nc)
         seen = await counter.snapshot()
         out["paced"] = paced.as_dict()
@@ -177,7 +187,7 @@ async def baseline_load(
         driver.open_window()
         await ctx.nc.publish(f"{prefix}.bench.go", b"")
         out["drain"] = (await driver.measure_drain(sessions, p.drain_timeout_s(backlog))).as_dict()
-        mid = await stream_states(ctx.js, subjects)
+        mid = await settled_stream_states(ctx.js, subjects)
         out["drain_shape"] = measure_shape(before, mid).as_dict()
         await child.stop()
         child = await start(
@@ -189,7 +199,7 @@ async def baseline_load(
             message_plan(sids, p.paced_count(sessions, label), TURN_TEXTS[label]), p.paced_rate_per_s, sessions, p.reply_timeout_s
         )
         out["paced"] = paced.as_dict()
-        out["paced_shape"] = measure_shape(mid, await stream_states(ctx.js, subjects)).as_dict()
+        out["paced_shape"] = measure_shape(mid, await settled_stream_states(ctx.js, subjects)).as_dict()
         out["rss_bytes"] = child.meter.rss_bytes()
     except Exception as exc:
         out.update(_phase_error(ctx, f"{worker} at {sessions} sessions", exc))
