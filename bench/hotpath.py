@@ -39,7 +39,7 @@ import orjson
 import psutil
 from nats.aio.msg import Msg
 
-from bench.common import ROOT, Child, ProcessMeter, delete_streams, settled_stream_states, stream_states, wait_until
+from bench.common import ROOT, Child, ProcessMeter, delete_streams, settled_stream_states, wait_until
 from bench.driver import Driver, Meters, message_plan, session_ids
 from bench.pg import fresh_database, pg_url
 from bench.scenarios import plain_text
@@ -224,13 +224,12 @@ async def _measure(
             raise RuntimeError(f"only {len(driver.timer.got)}/{messages} replies")
         wall = time.perf_counter() - t0
         cpu1, (main1, other1), srv1 = child.meter.cpu_s(), _thread_cpu(child.pid), server_meter.cpu_s()
-        await asyncio.sleep(0.5)  # the last checkpoints and acks after the last reply (a bound, not a wait for a result)
+        after = await settled_stream_states(js, subjects)  # the last checkpoints and events after the last reply
         await flush(tap)
         tally.active = False
         os.kill(child.pid, signal.SIGUSR2)
         if not await wait_until(lambda: Path(str(pstats_path) + ".json").exists(), 60, 0.1):
             raise RuntimeError("the profiled service wrote no profile")
-        after = await stream_states(js, subjects)
         counters = orjson.loads(await asyncio.to_thread(Path(str(pstats_path) + ".json").read_bytes))
         n = messages
         out.update(
