@@ -39,6 +39,7 @@ import orjson
 import psutil
 from nats.aio.msg import Msg
 
+from bench.ablation import PARTS
 from bench.common import ROOT, Child, ProcessMeter, delete_streams, settled_stream_states, wait_until
 from bench.driver import Driver, Meters, message_plan, session_ids
 from bench.pg import fresh_database, pg_url
@@ -163,20 +164,21 @@ def _thread_cpu(pid: int) -> tuple[float, float]:
 
 async def measure(
     sessions: int, messages: int, work: Path, store: str, profiled: bool = True, turns: int = 1,
-    rate: float | None = None,
+    rate: float | None = None, ablated: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """One (profiled) window on SQLite (a temp file) or PostgreSQL (a fresh database), after ``turns``
-    first turns of every session; ``rate``: the messages paced at that many a second."""
+    first turns of every session; ``rate``: the messages paced at that many a second; ``ablated``: parts of the
+    service shell switched off (bench/ablation.py)."""
     if store == "postgres":
         async with fresh_database("hp") as name:
             db_env = {"TURNSTILE_DATABASE_URL": pg_url(name, "postgresql+asyncpg")}
-            return await _measure(sessions, messages, work, db_env, profiled, turns, rate)
-    return await _measure(sessions, messages, work, None, profiled, turns, rate)
+            return await _measure(sessions, messages, work, db_env, profiled, turns, rate, ablated)
+    return await _measure(sessions, messages, work, None, profiled, turns, rate, ablated)
 
 
 async def _measure(
     sessions: int, messages: int, work: Path, db_env: dict[str, str] | None, profiled: bool, turns: int = 1,
-    rate: float | None = None,
+    rate: float | None = None, ablated: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     conf = work / "nats-open.conf"
     conf.write_text(without_roles((ROOT / "nats.conf").read_text()))
@@ -199,11 +201,13 @@ async def _measure(
     env = {**config.env(), "BENCH_PROFILE_OUT": str(pstats_path)}
     if not profiled:
         env["BENCH_PROFILE_OFF"] = "1"
+    if ablated:
+        env["BENCH_ABLATE"] = ",".join(ablated)
     child = Child(["-m", "bench.profiled_service"], env, work / "service.log")
     driver = Driver(nc, subjects, Meters(server_meter, server_meter))
     out: dict[str, Any] = {
         "sessions": sessions, "messages": messages, "turns": turns, "store": "postgres" if db_env else "sqlite",
-        "rate_per_s": rate,
+        "rate_per_s": rate, "ablated": list(ablated),
     }
     try:
         await child.wait_ready(READY_MARKER, READY_TIMEOUT_S)
@@ -266,7 +270,8 @@ def table(r: dict[str, Any]) -> str:
         + (f" paced at {r['rate_per_s']:g}/s (reply p50 {r['paced_latency_ms']['p50']:.2f} ms),"
            if r.get("rate_per_s") else " published at once,")
         + (f" under cProfile ({r['msgs_per_s_profiled']:.0f} msg/s profiled; slower than unprofiled)" if r["profile"]
-           else f" without the profiler ({r['msgs_per_s_profiled']:.0f} msg/s)"),
+           else f" without the profiler ({r['msgs_per_s_profiled']:.0f} msg/s)")
+        + (f"; switched off (bench/ablation.py): {', '.join(r['ablated'])}" if r.get("ablated") else ""),
         f"  worker CPU {r['worker_cpu_us_per_msg']:,.0f} µs/msg = event loop {r['event_loop_thread_cpu_us_per_msg']:,.0f}"
         f" + other threads {r['other_threads_cpu_us_per_msg']:,.0f}; nats-server {r['nats_server_cpu_us_per_msg']:,.0f} µs/msg",
         "  JetStream publishes per message (stream sequences): "
@@ -301,6 +306,9 @@ def main() -> None:
                         help="counters and CPU of the unprofiled service (no cProfile, no split by area)")
     parser.add_argument("--rate", type=float, default=None,
                         help="publish the messages paced at this many a second (the load phase's paced window: 50)")
+    parser.add_argument("--ablate", default="",
+                        help=f"switch these parts of the service shell off (bench/ablation.py: {', '.join(PARTS)}); "
+                        "a measurement aid: the process no longer keeps the rules they implement")
     args = parser.parse_args()
     sessions, messages = SIZES[args.profile]
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -308,7 +316,7 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     result = asyncio.run(asyncio.wait_for(measure(
         args.sessions or sessions, args.messages or messages, work, args.store, not args.no_profile, args.turns,
-        args.rate,
+        args.rate, tuple(p.strip() for p in args.ablate.split(",") if p.strip()),
     ), 900))
     result["started_at"] = stamp
     name = f"hotpath-{args.store}{'-unprofiled' if args.no_profile else ''}{'-paced' if args.rate else ''}-latest"

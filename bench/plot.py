@@ -18,6 +18,7 @@ SERIES = (
     ("floor", "plain", "guarantee floor (baseline A + ordering, fences, SQL)", "tab:green", "*", "--"),
     ("floor+engine", "plain", "guarantee floor + turnstile's turn engine", "tab:olive", "*", ":"),
     ("turnstile", "plain", "turnstile (1 reply)", "tab:blue", "o", "-"),
+    ("turnstile-off", "plain", "turnstile, shell's rule-keeping parts off", "tab:brown", "o", ":"),
     ("turnstile/pg", "plain", "turnstile on PostgreSQL", "tab:purple", "P", "-"),
     ("turnstile", "tools", "turnstile (2 tool calls)", "tab:cyan", "D", "-"),
     ("langgraph", "plain", "LangGraph + SQLite (in-process)", "tab:orange", "v", "-"),

@@ -37,6 +37,7 @@ import orjson
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
+from bench.ablation import ablate
 from bench.service_marks import ServiceMarks
 
 _TABLE = re.compile(r"\b(?:INTO|UPDATE|FROM)\s+\"?(\w+)", re.IGNORECASE)
@@ -183,6 +184,9 @@ class OpenTimer:
 
 def main() -> None:
     out = Path(os.environ["BENCH_PROFILE_OUT"])
+    ablated = ablate(os.environ.get("BENCH_ABLATE", ""))  # bench/ablation.py: parts of the shell switched off
+    if ablated:
+        print(f"ablated (rules not kept): {', '.join(ablated)}", file=sys.stderr, flush=True)
     opens = OpenTimer()
     if os.environ.get("BENCH_TIME_OPENS"):
         opens.install()

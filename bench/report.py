@@ -48,8 +48,9 @@ def with_floor(
     implementation reaches if it misses the limit too); ``floor_pass``: whether it meets the
     limit; ``over_floor``: turnstile's ratio to the floor (what is left to win; 1.0 = at the floor).
     ``key="engine"`` adds the same three for the floor running turnstile's turn engine
-    (``engine``, ``engine_pass``, ``over_engine``). The target's pass/fail is unchanged: it stays
-    judged against baseline A.
+    (``engine``, ``engine_pass``, ``over_engine``), and ``key="off"`` for turnstile with the rule-keeping
+    parts of its shell switched off (``off``, ``off_pass``, ``over_off``: turnstile's ratio to it is what
+    those rules cost). The target's pass/fail is unchanged: it stays judged against baseline A.
     """
     floor = _ratio(fl_value, bl_value)
     target[key] = floor
@@ -62,7 +63,7 @@ def floor_note(target: dict[str, Any]) -> str:
     """``; floor 0.45× baseline A (misses the limit too), turnstile 0.70× the floor`` (and the same for the
     floor with the engine, when it ran) or '' without a floor figure."""
     note = ""
-    for key, name in (("floor", "floor"), ("engine", "floor+engine")):
+    for key, name in (("floor", "floor"), ("engine", "floor+engine"), ("off", SHELL_OFF)):
         if key not in target:
             continue
         if target[key] is None:
@@ -78,6 +79,7 @@ def floor_note(target: dict[str, Any]) -> str:
 
 PEER = "lg+nats/pg"  # bench/scenarios.py's fair peer
 FLOOR_ENGINE = "floor+engine"  # bench/scenarios.py's floor running the turn engine
+SHELL_OFF = "turnstile-off"  # bench/scenarios.py's turnstile with the shell's rule-keeping parts off
 RSS_LIMIT_MB = 150.0
 
 
@@ -90,6 +92,7 @@ def evaluate_targets(result: dict[str, Any], phases: tuple[str, ...] = ("load", 
         ts, bl = find(rows, "turnstile", "plain", s), find(rows, "baseline", "plain", s)
         fl = find(rows, "floor", "plain", s)
         fe = find(rows, FLOOR_ENGINE, "plain", s)
+        so = find(rows, SHELL_OFF, "plain", s)
         for path, name, limit, higher, unit, digits in (
             (("drain", "msgs_per_s"), f"drain ≥ 0.8× baseline A @ {s} sessions", 0.8, True, "msg/s", 1),
             (("paced", "latency", "p50_ms"), f"paced p50 ≤ 2× baseline A @ {s} sessions", 2.0, False, "ms", 2),
@@ -105,6 +108,9 @@ def evaluate_targets(result: dict[str, Any], phases: tuple[str, ...] = ("load", 
             if fe is not None:
                 target["detail"] += f" (floor+engine {_fmt(_get(fe, *path), digits)})"
                 with_floor(target, a, _get(fe, *path), b, higher, key="engine")
+            if so is not None:
+                target["detail"] += f" ({SHELL_OFF} {_fmt(_get(so, *path), digits)})"
+                with_floor(target, a, _get(so, *path), b, higher, key="off")
             targets.append(target)
         fp = find(rows, PEER, "plain", s)
         for worker in ("turnstile/pg", "turnstile"):
@@ -254,19 +260,19 @@ def table(result: dict[str, Any]) -> str:
     """A plain-text table of every load row, the storage/restore figures and the targets."""
     lines = []
     head = (
-        f"{'worker':<12} {'turn':<6} {'sessions':>8} | {'drain msg/s':>11} {'worker µs/msg':>13} {'nats µs/msg':>11}"
+        f"{'worker':<13} {'turn':<6} {'sessions':>8} | {'drain msg/s':>11} {'worker µs/msg':>13} {'nats µs/msg':>11}"
         f" | {'paced p50 ms':>12} {'p99 ms':>8} {'max ms':>8} {'answered':>9} | {'RSS MB':>7}"
     )
     if result["load"]:
         lines += [head, "-" * len(head)]
     for row in result["load"]:
         if "error" in row and "drain" not in row:
-            lines.append(f"{row['worker']:<12} {row['turn']:<6} {row['sessions']:>8} | ERROR {row['error'].splitlines()[0][:90]}")
+            lines.append(f"{row['worker']:<13} {row['turn']:<6} {row['sessions']:>8} | ERROR {row['error'].splitlines()[0][:90]}")
             continue
         d, p = row.get("drain") or {}, row.get("paced") or {}
         rss = row.get("rss_bytes")
         lines.append(
-            f"{row['worker']:<12} {row['turn']:<6} {row['sessions']:>8} | {_fmt(d.get('msgs_per_s')):>11}"
+            f"{row['worker']:<13} {row['turn']:<6} {row['sessions']:>8} | {_fmt(d.get('msgs_per_s')):>11}"
             f" {_fmt(d.get('worker_cpu_us_per_msg')):>13} {_fmt(d.get('server_cpu_us_per_msg')):>11}"
             f" | {_fmt(_get(p, 'latency', 'p50_ms'), 2):>12} {_fmt(_get(p, 'latency', 'p99_ms'), 2):>8}"
             f" {_fmt(_get(p, 'latency', 'max_ms'), 2):>8} {str(p.get('answered', '—')) + '/' + str(p.get('sent', '—')):>9}"

@@ -38,6 +38,7 @@ from bench.startup import summary as startup_summary
 from bench.scenarios import (
     FLOOR_ENGINE,
     PEER,
+    SHELL_OFF,
     BenchContext,
     baseline_load,
     langgraph_load,
@@ -58,7 +59,8 @@ CHECKPOINTS_KEPT_VARIANTS = (2, 16, 64)
 PHASES = ("load", "sync", "turns20", "growth", "hol", "scaleout", "startup")
 # Rows of the load phase in run order; ``--workers`` picks some of them (``tools``: turnstile's and
 # baseline A's two-tool turn where the profile measures it; ``peer``: the fair peer).
-LOAD_WORKERS = ("turnstile", "turnstile/pg", "baseline", "floor", FLOOR_ENGINE, "tools", "langgraph", "peer")
+# ``turnstile-off``: turnstile with the rule-keeping parts of its shell switched off (bench/ablation.py), what they cost.
+LOAD_WORKERS = ("turnstile", "turnstile/pg", "baseline", "floor", FLOOR_ENGINE, SHELL_OFF, "tools", "langgraph", "peer")
 
 
 def _say(text: str) -> None:
@@ -160,6 +162,11 @@ async def run_all(
                 fe["shape_fallback"] = fb1 or fb2
                 result["load"].append(fe)
                 _say(f"  floor+engine:    {_summary(fe)}")
+                await settle()
+            if SHELL_OFF in workers:
+                so = await _timed(turnstile_load(ctx, sessions, "plain", shell_off=True))
+                result["load"].append(so)
+                _say(f"  turnstile-off:   {_summary(so)}")
                 await settle()
             if "tools" in workers and sessions in profile.tools_session_counts:
                 tt = await _timed(turnstile_load(ctx, sessions, "tools"))

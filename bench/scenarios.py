@@ -88,21 +88,30 @@ def _phase_error(ctx: BenchContext, what: str, exc: BaseException) -> dict[str, 
     return {"error": text}
 
 
-async def turnstile_load(ctx: BenchContext, sessions: int, turn: str, store: str = "sqlite") -> dict[str, Any]:
+SHELL_OFF = "turnstile-off"  # turnstile on SQLite with the rule-keeping parts of its shell off (bench/ablation.py)
+
+
+async def turnstile_load(
+    ctx: BenchContext, sessions: int, turn: str, store: str = "sqlite", *, shell_off: bool = False
+) -> dict[str, Any]:
     """Drain a preloaded backlog, then paced open-loop load, on one fresh service process.
 
     ``store`` is ``sqlite`` (a temp file; worker ``turnstile``) or ``postgres`` (a fresh database
-    on 127.0.0.1:5432; worker ``turnstile/pg``).
+    on 127.0.0.1:5432; worker ``turnstile/pg``). ``shell_off`` (SQLite; worker ``turnstile-off``): the same
+    service with its session records, inbox marks, KS-14 look-ups and metrics switched off — not a
+    configuration, a measure of what those rules cost beside the ``turnstile`` row.
     """
     if store == "postgres":
         async with fresh_database("ts") as name:
             out = await _turnstile_load(ctx, sessions, turn, {"TURNSTILE_DATABASE_URL": pg_url(name, "postgresql+asyncpg")})
             await _count_commits(out, name)
             return out
-    return await _turnstile_load(ctx, sessions, turn, None)
+    return await _turnstile_load(ctx, sessions, turn, None, shell_off=shell_off)
 
 
-async def _turnstile_load(ctx: BenchContext, sessions: int, turn: str, db_env: dict[str, str] | None) -> dict[str, Any]:
+async def _turnstile_load(
+    ctx: BenchContext, sessions: int, turn: str, db_env: dict[str, str] | None, *, shell_off: bool = False
+) -> dict[str, Any]:
     p = ctx.profile
     prefix = new_prefix("ts")
     subjects = Subjects(prefix)
@@ -114,14 +123,14 @@ async def _turnstile_load(ctx: BenchContext, sessions: int, turn: str, db_env: d
     port = free_port()
     counter = CheckpointBytesMetric(f"http://127.0.0.1:{port}/metrics", len(subjects.checkpoint(sids[0])))
     child: Child | None = None
-    worker = "turnstile/pg" if db_env else "turnstile"
+    worker = "turnstile/pg" if db_env else SHELL_OFF if shell_off else "turnstile"
     out: dict[str, Any] = {"worker": worker, "turn": turn, "sessions": sessions}
     try:
         before = await stream_states(ctx.js, subjects)
         backlog = p.drain_count(sessions, turn)
         await driver.preload(message_plan(sids, backlog, text))
         config = ServiceConfig(ctx.nats_url, prefix, ctx.work / f"{prefix}.db", {**(db_env or {}), "TURNSTILE_HTTP_PORT": str(port)})
-        child = await start_service(config, ctx.work / f"{prefix}.log")
+        child = await start_service(config, ctx.work / f"{prefix}.log", shell_off=shell_off)
         out["pid"] = child.pid
         driver.timer.meters = Meters(child.meter, ctx.server_meter)
         driver.open_window()

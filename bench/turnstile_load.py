@@ -39,10 +39,12 @@ class ServiceConfig:
         return env
 
 
-async def start_service(config: ServiceConfig, log_path: Path) -> Child:
-    """Start the service and wait for its ready line (bounded)."""
+async def start_service(config: ServiceConfig, log_path: Path, *, shell_off: bool = False) -> Child:
+    """Start the service and wait for its ready line (bounded). ``shell_off``: with the rule-keeping parts of
+    its shell switched off (bench/ablation.py; the ``turnstile-off`` row, a measurement of what they cost)."""
     config.db_path.parent.mkdir(parents=True, exist_ok=True)
-    child = Child(["-m", "consumers.cli", "run"], config.env(), log_path)
+    module = ["-m", "bench.ablation"] if shell_off else ["-m", "consumers.cli", "run"]
+    child = Child(module, config.env(), log_path)
     await child.wait_ready(READY_MARKER, READY_TIMEOUT_S)
     return child
 

@@ -130,3 +130,18 @@ def test_the_floor_running_the_engine_is_printed_beside_the_floor() -> None:
     assert note.index("; floor ") < note.index("; floor+engine 1.71× baseline A (misses the limit too)")
     assert note.endswith("turnstile 0.83× the floor+engine")
     assert cpu["detail"].endswith("(floor 900) (floor+engine 1,200)")
+
+
+def test_turnstile_with_its_shell_parts_off_is_printed_after_the_floors_and_does_not_judge() -> None:
+    result = _with_floor()
+    result["load"].append(_row("floor+engine", 100, 800.0, 4.5, 10.0, 1_200.0))
+    result["load"].append(_row("turnstile-off", 100, 1_100.0, 3.5, 9.0, 800.0))
+    targets = evaluate_targets(result, ("load",))
+    cpu = _target_named(targets, "worker CPU/msg ≤ 1.5× baseline A @ 100 sessions")
+    assert cpu["off"] == pytest.approx(800 / 700) and cpu["off_pass"] is True
+    assert cpu["over_off"] == pytest.approx(1_000 / 800)  # what the rules those parts keep cost, as a ratio
+    assert cpu["pass"] is True  # still judged against baseline A only
+    note = floor_note(cpu)
+    assert note.index("; floor+engine ") < note.index("; turnstile-off 1.14× baseline A (meets the limit)")
+    assert note.endswith("turnstile 1.25× the turnstile-off")
+    assert cpu["detail"].endswith("(floor 900) (floor+engine 1,200) (turnstile-off 800)")
