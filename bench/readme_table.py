@@ -19,7 +19,7 @@ WORKERS = (
     ("baseline", "baseline A"),
     ("floor", "guarantee floor (baseline A + turnstile's ordering and durability)"),
     ("floor+engine", "guarantee floor running turnstile's turn engine"),
-    ("turnstile-off", "turnstile (SQLite) with its records, inbox marks, KS-14 look-ups and metrics off (a measure, not a mode)"),
+    ("turnstile-off", "turnstile (SQLite) without its records, inbox marks, KS-14 look-up, metrics (a measure)"),
     ("lg+nats/pg", "fair peer (nats-py + LangGraph + PostgreSQL)"),
     ("langgraph", "LangGraph + SQLite, in-process"),
 )
