@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -40,7 +41,7 @@ class LatencyStats:
         n = len(xs)
 
         def pct(q: float) -> float:
-            return xs[min(n - 1, max(0, int(round(q * (n - 1)))))] * 1000
+            return xs[min(n - 1, max(0, round(q * (n - 1))))] * 1000
 
         return LatencyStats(n, pct(0.50), pct(0.99), xs[-1] * 1000, sum(xs) / n * 1000)
 
@@ -134,10 +135,8 @@ async def stream_states(js: JetStreamContext, subjects: Subjects) -> dict[str, S
 async def delete_streams(js: JetStreamContext, subjects: Subjects) -> None:
     """Remove a finished phase's streams so later phases run on an uncluttered server."""
     for spec in subjects.streams():
-        try:
+        with contextlib.suppress(Exception):  # already gone, or the server is: nothing to clean up
             await js.delete_stream(spec.name)
-        except Exception:
-            pass
 
 
 def file_bytes(path: Path) -> int:
@@ -159,7 +158,7 @@ class Child:
     def __init__(self, args: list[str], env: dict[str, str], log_path: Path) -> None:
         self.log_path = log_path
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = open(log_path, "wb")
+        self._log = open(log_path, "wb")  # noqa: SIM115 (closed by stop(): the child writes to it until then)
         full_env = {**os.environ, **env}
         full_env.setdefault("PYTHONPATH", str(ROOT))
         self.proc = subprocess.Popen(

@@ -101,7 +101,7 @@ async def paced(app: Any, sessions: list[str], count: int, rate: float, timeout_
         if delay > 0:
             await asyncio.sleep(delay)
         tasks.append(asyncio.create_task(one(sessions[i % len(sessions)], f"paced {i}")))
-    done, pending = await asyncio.wait(tasks, timeout=timeout_s)
+    _, pending = await asyncio.wait(tasks, timeout=timeout_s)
     for t in pending:
         t.cancel()
     elapsed = time.perf_counter() - p0

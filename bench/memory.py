@@ -26,8 +26,8 @@ import signal
 import tempfile
 import time
 import uuid
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import nats

@@ -9,8 +9,8 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
+import matplotlib.pyplot as plt
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 SERIES = (
     ("baseline", "plain", "baseline A (raw nats-py)", "tab:gray", "s", "--"),
@@ -58,7 +58,7 @@ def draw(result: dict[str, Any], path: Path) -> Path:
             if not xs:
                 continue
             ax.plot(xs, ys, marker=marker, linestyle=style, color=color, label=label)
-            for x, y in zip(xs, ys):
+            for x, y in zip(xs, ys, strict=True):
                 ax.annotate(_short(y), (x, y), textcoords="offset points", xytext=(6, 4), fontsize=7, color=color)
     counts = sorted({r["sessions"] for r in rows})
     rate = result["profile"]["paced_rate_per_s"]

@@ -32,10 +32,7 @@ def _ratio(a: Any, b: Any) -> float | None:
 
 
 def _target(name: str, value: float | None, limit: float, higher_is_better: bool, detail: str) -> dict[str, Any]:
-    if value is None:
-        ok = False
-    else:
-        ok = value >= limit if higher_is_better else value <= limit
+    ok = value is not None and (value >= limit if higher_is_better else value <= limit)
     return {"target": name, "value": value, "limit": limit, "pass": ok, "detail": detail}
 
 

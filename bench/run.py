@@ -33,8 +33,6 @@ from bench.hol import turnstile_hol
 from bench.profiles import PROFILES, Profile
 from bench.scaleout import summary as scaleout_summary
 from bench.scaleout import turnstile_scaleout
-from bench.startup import cli_startup
-from bench.startup import summary as startup_summary
 from bench.scenarios import (
     FLOOR_ENGINE,
     PEER,
@@ -50,6 +48,8 @@ from bench.scenarios import (
     turnstile_load,
     turnstile_turns20,
 )
+from bench.startup import cli_startup
+from bench.startup import summary as startup_summary
 from consumers.nats_server import NatsServer, nats_server_binary
 from schemas.nats_roles import without_roles
 
@@ -122,7 +122,7 @@ async def run_all(
     """Run the phases, filling ``result`` as it goes (so an aborted run still reports what it has)."""
     if nats_conf is not None:  # the repository's settings without its login roles (the bench's clients are open)
         open_conf = work / "nats-open.conf"
-        open_conf.write_text(without_roles(nats_conf.read_text()))
+        open_conf.write_text(without_roles(nats_conf.read_text()))  # noqa: ASYNC240 (once, before the phases)
         nats_conf = open_conf
     server = NatsServer(store_dir=work / "nats", config=nats_conf)
     await server.start()

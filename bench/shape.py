@@ -74,7 +74,7 @@ def measure_shape(
 def payload_size(stored_bytes_per_msg: float, subject: str, header_bytes: int) -> int:
     """Payload length that makes a record of this subject and headers store as many bytes."""
     overhead = STORE_RECORD_OVERHEAD + len(subject) + (header_bytes + STORE_HEADER_OVERHEAD if header_bytes else 0)
-    return max(2, int(round(stored_bytes_per_msg - overhead)))
+    return max(2, round(stored_bytes_per_msg - overhead))
 
 
 class EventIds:
