@@ -86,6 +86,22 @@ class ProcessMeter:
             return 0
 
 
+class MeterGroup:
+    """Several processes metered as one (the scale-out phase's workers): CPU, RSS and bytes written, summed."""
+
+    def __init__(self, meters: list[ProcessMeter]) -> None:
+        self.meters = meters
+
+    def cpu_s(self) -> float:
+        return sum(m.cpu_s() for m in self.meters)
+
+    def rss_bytes(self) -> int:
+        return sum(m.rss_bytes() for m in self.meters)
+
+    def written_bytes(self) -> int:
+        return sum(m.written_bytes() for m in self.meters)
+
+
 @dataclass(frozen=True)
 class StreamState:
     """What one stream holds: messages kept, bytes kept and the last sequence (= publishes ever)."""

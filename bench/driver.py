@@ -24,7 +24,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.common import LatencyStats, ProcessMeter, wait_until
+from bench.common import LatencyStats, MeterGroup, ProcessMeter, wait_until
 from bench.shape import STORE_HEADER_OVERHEAD, STORE_RECORD_OVERHEAD
 from consumers.nats_flush import flush
 from consumers.publisher import FENCE_HEADER
@@ -48,7 +48,7 @@ def message_plan(sessions: list[str], count: int, text: Callable[[int], str]) ->
 class Meters:
     """Processes whose CPU we charge to the messages (the worker and the nats-server)."""
 
-    worker: ProcessMeter
+    worker: ProcessMeter | MeterGroup
     server: ProcessMeter
 
     def sample(self) -> tuple[float, float]:
