@@ -26,16 +26,15 @@ from sqlalchemy.engine import make_url
 
 from bench.common import Child, MeterGroup, delete_streams, wait_until
 from bench.driver import Driver, Meters, message_plan, session_ids
+from bench.partition_shares import PARTITIONS, shared_evenly
 from bench.scenarios import TURN_TEXTS, BenchContext, _phase_error
 from bench.turnstile_load import READY_MARKER, READY_TIMEOUT_S, ServiceConfig, new_prefix
-from consumers.partitions import fair_share
 from consumers.settings import Settings
 from consumers.streams import ensure_streams
 from schemas.subjects import Subjects
 
 SESSIONS = 1000
 WORKER_COUNTS = (1, 2)
-PARTITIONS = 16  # the inbound stream's partition count (TURNSTILE_PARTITIONS)
 STANDBY_MARKER = "standing by"
 PG_URL = os.environ.get("TURNSTILE_BENCH_PG_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/postgres")
 
@@ -49,17 +48,6 @@ async def _admin(sql: str) -> None:
         await conn.execute(sql)
     finally:
         await conn.close()
-
-
-def shared_evenly(owners: dict[int, bytes], workers: int, partitions: int = PARTITIONS) -> bool:
-    """Every partition has an owner, ``workers`` processes own them, and none owns more than its fair share
-    (``consumers.partitions.fair_share``): the hand-over of a joining worker is over. Until 2026-12-06 the
-    window opened once two owners existed, and in 2 of 4 runs the second held 4 of the 16 partitions then:
-    the other 4 moved to it during the drain."""
-    if len(owners) != partitions:
-        return False
-    held = Counter(owners.values())
-    return len(held) == workers and max(held.values()) <= fair_share(partitions, workers)
 
 
 async def _shared_by(ctx: BenchContext, subjects: Subjects, workers: int, timeout_s: float) -> list[int] | None:

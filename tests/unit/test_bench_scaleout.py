@@ -1,8 +1,8 @@
-"""bench/scaleout.py: the window opens once the partitions are shared evenly, not as soon as two workers own some."""
+"""bench/partition_shares.py (bench/scaleout.py): the window opens once the partitions are shared evenly, not as soon as two workers own some."""
 
 from __future__ import annotations
 
-from bench.scaleout import shared_evenly
+from bench.partition_shares import shared_evenly
 
 
 def _owners(split: list[int]) -> dict[int, bytes]:
