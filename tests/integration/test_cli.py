@@ -71,6 +71,7 @@ async def test_sessions_shows_the_tree_with_labels_and_status(
     as_json = {s["id"]: s for s in orjson.loads((await turnstile("--json", "sessions", settings=settings)).stdout)}
     root_record, child_record = as_json[root], as_json[child_id]
     assert root_line == f"{root}  [{root_record['status']}]  {root_record['label']['en']}"
+    assert child_record["status"] == "completed" and child_record["parent_id"] == root
     assert child_line.startswith(f"  {child_id}  [completed]  ") and "sub task" in child_line
     assert ran.lines.index(child_line) == ran.lines.index(root_line) + 1
 

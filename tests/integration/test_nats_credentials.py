@@ -60,7 +60,7 @@ async def test_the_service_and_the_cli_connect_with_user_and_password(secured: N
 
 async def test_a_connection_without_credentials_is_refused(secured: NatsServer, tmp_path: Path) -> None:
     client = Client()
-    with pytest.raises(Exception, match="(?i)authorization"):
+    with pytest.raises(Exception, match=r"(?i)authorization"):
         await client.connect(secured.url, allow_reconnect=False, max_reconnect_attempts=0)
     await client.close()  # the refused connection's transport
 

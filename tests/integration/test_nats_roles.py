@@ -157,6 +157,6 @@ async def test_an_observer_reads_but_cannot_mutate(roles: RoleServer, service: T
 async def test_a_connection_without_credentials_or_with_a_wrong_password_is_refused(roles: RoleServer) -> None:
     for credentials in ({}, {"user": "admin", "password": "guessed"}):
         client = Client()
-        with pytest.raises(Exception, match="(?i)authorization"):
+        with pytest.raises(Exception, match=r"(?i)authorization"):
             await client.connect(roles.server.url, allow_reconnect=False, max_reconnect_attempts=0, **credentials)
         await client.close()  # the refused connection's transport

@@ -8,10 +8,10 @@ from typing import Any
 import orjson
 import pytest
 
-from core.engine import AgentMode, SessionOptions, Snapshot
-from tests.fakes.journal import InMemoryJournal
+from core.engine import AgentMode, SessionOptions, Snapshot, TurnExhausted
 from core.engine.snapshot import EncodedSnapshot
 from core.errors import CheckpointFailed, InvalidInput
+from tests.fakes.journal import InMemoryJournal
 
 from .conftest import Recorder, SessionFactory
 
@@ -72,7 +72,7 @@ async def test_interrupted_exhausted_and_compacted_states_restore_exactly(make_s
     session = await make_session(options=options, runtime=runtime)
     recorder = Recorder()
     await session.begin_user_turn("one " * 60 + '\n/tool knowledge_search {"query": "x"}', checkpoint=recorder)
-    with pytest.raises(Exception):
+    with pytest.raises(TurnExhausted, match="used all 1 model rounds"):
         await session.run_pending_turn("op", recorder)
     await session.refresh_group_context({"members": ["a", "b"]}, "m-1", checkpoint=recorder)
     await session.interrupt_current_turn(checkpoint=recorder)
