@@ -20,6 +20,7 @@ question: which of the service shell's costs the guarantees ask for).
 from __future__ import annotations
 
 import asyncio
+import sys
 from typing import Any
 
 PARTS = ("metrics", "records", "marks", "ks14")
@@ -27,13 +28,16 @@ ALL = ",".join(PARTS)
 
 
 def ablate(parts: str) -> list[str]:
-    """Switch off the comma-separated ``parts``; returns the ones switched off (ValueError on an unknown one)."""
+    """Switch off the comma-separated ``parts`` and say so on stderr; returns the ones switched off (ValueError on an
+    unknown one, before any is switched off)."""
     chosen = [p.strip() for p in parts.split(",") if p.strip()]
     unknown = sorted(set(chosen) - set(PARTS))
     if unknown:
         raise ValueError(f"unknown part(s) {unknown}; known: {', '.join(PARTS)}")
     for part in chosen:
         _SWITCHES[part]()
+    if chosen:
+        print(f"ablated (rules not kept): {', '.join(chosen)}", file=sys.stderr, flush=True)
     return chosen
 
 
@@ -83,12 +87,10 @@ _SWITCHES = {"metrics": _metrics, "records": _records, "marks": _marks, "ks14": 
 def main() -> None:
     """``python -m bench.ablation``: ``turnstile run`` with the parts of ``BENCH_ABLATE`` (default: all) off."""
     import os
-    import sys
 
     from consumers.cli import main as cli_main
 
-    ablated = ablate(os.environ.get("BENCH_ABLATE", ALL))
-    print(f"ablated (rules not kept): {', '.join(ablated)}", file=sys.stderr, flush=True)
+    ablate(os.environ.get("BENCH_ABLATE", ALL))
     sys.exit(cli_main(["run"]))
 
 

@@ -74,9 +74,9 @@ def floor_note(target: dict[str, Any]) -> str:
     return note
 
 
-PEER = "lg+nats/pg"  # bench/scenarios.py's fair peer
-FLOOR_ENGINE = "floor+engine"  # bench/scenarios.py's floor running the turn engine
-SHELL_OFF = "turnstile-off"  # bench/scenarios.py's turnstile with the shell's rule-keeping parts off
+PEER = "lg+nats/pg"  # the fair peer (nats-py + LangGraph + PostgreSQL)
+FLOOR_ENGINE = "floor+engine"  # the guarantee floor running turnstile's turn engine (bench/floor_engine.py)
+SHELL_OFF = "turnstile-off"  # turnstile on SQLite with the rule-keeping parts of its shell off (bench/ablation.py)
 RSS_LIMIT_MB = 150.0
 
 

@@ -30,6 +30,7 @@ from bench.driver import CheckpointBytesMetric, Driver, Meters, message_plan, se
 from bench.langgraph_nats_peer import peer_settings
 from bench.pg import commits, database_bytes, fresh_database, pg_url
 from bench.profiles import Profile
+from bench.report import FLOOR_ENGINE, PEER, SHELL_OFF  # the rows' worker names
 from bench.shape import PublishShape, StreamShape, measure_shape
 from bench.turnstile_load import ServiceConfig, new_prefix, start_baseline, start_floor, start_peer, start_service
 from consumers.nats_flush import flush
@@ -86,9 +87,6 @@ def _phase_error(ctx: BenchContext, what: str, exc: BaseException) -> dict[str, 
     ctx.errors.append(text)
     print(f"  !! {text.splitlines()[0]}", flush=True)
     return {"error": text}
-
-
-SHELL_OFF = "turnstile-off"  # turnstile on SQLite with the rule-keeping parts of its shell off (bench/ablation.py)
 
 
 async def turnstile_load(
@@ -222,8 +220,6 @@ async def baseline_load(
     return out
 
 
-PEER = "lg+nats/pg"  # the fair peer's worker name in the rows
-FLOOR_ENGINE = "floor+engine"  # the guarantee floor running turnstile's turn engine (bench/floor_engine.py)
 
 
 async def _count_commits(out: dict[str, Any], database: str) -> None:
