@@ -3,7 +3,7 @@
 What it adds to baseline A (bench/baseline.py), and nothing else (no turn engine, no
 transcript, no pydantic, no events beyond the measured count):
 
-- **ack after staging**: a fetched batch is inserted into a SQLite inbox table in one
+- **ack after staging**: a fetched batch is inserted into an inbox table in one
   group transaction; its messages are acked only after that commit;
 - **journal before checkpoint**: per message the user message is appended to a journal
   table and committed before the first checkpoint is published; the answer is appended and
@@ -19,19 +19,18 @@ transcript, no pydantic, no events beyond the measured count):
 - **events and replies stored once**: each carries a ``Nats-Msg-Id`` (an event's as turnstile's
   publisher makes it, ``bench.shape.EventIds``), so a copy sent again after a lost answer is dropped.
 
-SQL: one SQLite file with turnstile's pragmas (``core/store/db.py``: WAL, busy timeout,
-``synchronous`` from ``TURNSTILE_SQLITE_SYNCHRONOUS``, default NORMAL, no checkpoint on commit),
-all writes through one group committer (every queued write in the next transaction, run on the
-event loop with NORMAL and in a writer thread with FULL, and the WAL checkpointed by turnstile's
-``core/store/wal_checkpoints.WalCheckpoints``, as ``core/store/committer.py`` does). Event and reply acks are
-awaited without holding the session back (turnstile pipelines them too).
+SQL (bench/floor_store.py): one SQLite file with turnstile's pragmas (``--db``), or a PostgreSQL
+database (``--pg-url``, workers ``floor/pg`` and ``floor+engine/pg``); all writes through one group
+committer (every write queued during a transaction goes into the next one; on PostgreSQL a group is
+one autocommit statement, one round trip). Event and reply acks are awaited without holding the
+session back (turnstile pipelines them too).
 
 ``--engine`` (worker ``floor+engine``) adds turnstile's turn engine (bench/floor_engine.py): its journal
 entries are the rows committed, its complete snapshots the checkpoints published (instead of the
 shape's size in ``x``), its answer the reply's text; the process then runs with the service's garbage
 collector and allocator settings (``tune_gc``, ``tune_malloc``), as ``turnstile run`` does.
 
-Run as a child process: ``python -m bench.floor --nats-url … --prefix … --shape JSON --db PATH [--engine]``.
+Run as a child process: ``python -m bench.floor --nats-url … --prefix … --shape JSON (--db PATH | --pg-url URL) [--engine]``.
 """
 
 from __future__ import annotations
@@ -40,11 +39,9 @@ import argparse
 import asyncio
 import contextlib
 import functools
-import sqlite3
 import sys
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -56,89 +53,18 @@ from nats.js.errors import APIError, NotFoundError
 
 from bench.baseline import MAX_RETRIES, RETRY_DELAY_S, TOO_MANY_REQUESTS, baseline_settings
 from bench.floor_engine import EngineTurns
+from bench.floor_store import FloorStore, PgStore, SqliteStore
 from bench.shape import EventIds, PublishShape, Spreader, payload_size
 from bench.worker_link import open_worker
 from consumers.cli import tune_gc
 from consumers.malloc_tuning import tune_malloc
 from consumers.nats_flush import flush
 from consumers.settings import Settings
-from core.store.db import SQLITE_BUSY_TIMEOUT_MS
-from core.store.wal_checkpoints import WalCheckpoints
 from schemas.subjects import Subjects
 from schemas.tokens import encode_sid
 
 READY = "floor ready"
 FENCE = "Nats-Expected-Last-Subject-Sequence"
-SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS inbox (id TEXT PRIMARY KEY, session_id TEXT NOT NULL, body BLOB NOT NULL, staged_at REAL NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS journal (session_id TEXT NOT NULL, seq INTEGER NOT NULL, kind TEXT NOT NULL,"
-    " body BLOB NOT NULL, PRIMARY KEY (session_id, seq))",
-)
-Write = tuple[str, list[tuple[Any, ...]]]  # one statement and its parameter rows
-
-
-def open_db(path: Path, synchronous: str) -> sqlite3.Connection:
-    """A writer connection with the pragmas turnstile's SQLite engine sets (core/store/db.py)."""
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
-    conn.execute(f"PRAGMA synchronous={synchronous}")
-    conn.execute("PRAGMA foreign_keys=ON")
-    conn.execute("PRAGMA wal_autocheckpoint=0")  # checkpointed in a thread of its own (Committer)
-    for stmt in SCHEMA:
-        conn.execute(stmt)
-    return conn
-
-
-class Committer:
-    """Group commit: every write queued while the previous transaction ran goes into the next one."""
-
-    def __init__(self, conn: sqlite3.Connection, inline: bool) -> None:
-        self._conn = conn
-        self._thread = None if inline else ThreadPoolExecutor(1, thread_name_prefix="floor-writer")
-        self._queue: asyncio.Queue[tuple[Write, asyncio.Future[None]]] = asyncio.Queue()
-        self._task: asyncio.Task[None] | None = None
-        self.transactions = 0
-        self._wal = WalCheckpoints(conn.execute("PRAGMA database_list").fetchone()[2])  # as turnstile's
-
-    async def write(self, write: Write) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run())
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait((write, done))
-        await done
-
-    def _transaction(self, writes: list[Write]) -> None:
-        self._conn.execute("BEGIN IMMEDIATE")
-        try:
-            for sql, rows in writes:
-                self._conn.executemany(sql, rows)
-        except BaseException:
-            self._conn.execute("ROLLBACK")
-            raise
-        self._conn.execute("COMMIT")
-
-    async def _run(self) -> None:
-        while True:
-            batch = [await self._queue.get()]
-            while not self._queue.empty():
-                batch.append(self._queue.get_nowait())
-            writes = [w for w, _ in batch]
-            try:
-                if self._thread is None:
-                    self._transaction(writes)
-                else:
-                    await asyncio.get_running_loop().run_in_executor(self._thread, self._transaction, writes)
-            except Exception as exc:
-                for _, done in batch:
-                    if not done.done():
-                        done.set_exception(exc)
-                continue
-            self.transactions += 1
-            self._wal.committed(asyncio.get_running_loop(), sum(len(rows) for _, rows in writes))
-            for _, done in batch:
-                if not done.done():
-                    done.set_result(None)
 
 
 async def publish(js: JetStreamContext, subject: str, payload: bytes, headers: dict[str, str] | None = None) -> int:
@@ -158,14 +84,13 @@ class Floor:
     """Per-message work of the floor; one instance per process."""
 
     def __init__(
-        self, js: JetStreamContext, prefix: str, shape: PublishShape, committer: Committer, reader: sqlite3.Connection,
-        max_turns: int, engine: EngineTurns | None = None,
+        self, js: JetStreamContext, prefix: str, shape: PublishShape, store: FloorStore, max_turns: int,
+        engine: EngineTurns | None = None,
     ) -> None:
         self.js = js
         self.engine = engine
-        self.reader = reader
         self.prefix = prefix
-        self.committer = committer
+        self.store = store
         self.turns = asyncio.Semaphore(max_turns)
         subjects = Subjects(prefix)
         self.ck_stream = subjects.checkpoint_stream
@@ -191,7 +116,7 @@ class Floor:
         inbound = [orjson.loads(m.data) for m in msgs]
         now = time.time()
         rows = [(d["id"], d["session_id"], m.data, now) for d, m in zip(inbound, msgs, strict=True)]
-        await self.committer.write(("INSERT OR IGNORE INTO inbox VALUES (?, ?, ?, ?)", rows))
+        await self.store.write(("inbox", rows))
         await asyncio.gather(*(m.ack() for m in msgs))
         return inbound
 
@@ -210,15 +135,14 @@ class Floor:
     async def _journal(self, sid: str, kind: str, body: bytes) -> None:
         seq = self.journal_seq.get(sid, 0) + 1
         self.journal_seq[sid] = seq
-        await self.committer.write(("INSERT INTO journal VALUES (?, ?, ?, ?)", [(sid, seq, kind, body)]))
+        await self.store.write(("journal", [(sid, seq, kind, body)]))
 
     async def _load(self, sid: str, ck_subject: str) -> None:
         """A session this process has not served: its journal position from SQL and, if it has
         one, its fence from the checkpoint stream's last message (turnstile restores from it too)."""
-        row = self.reader.execute("SELECT max(seq) FROM journal WHERE session_id = ?", (sid,)).fetchone()
-        self.journal_seq[sid] = int(row[0] or 0)
+        self.journal_seq[sid] = await self.store.max_seq(sid)
         fence = 0
-        if row[0]:
+        if self.journal_seq[sid]:
             with contextlib.suppress(NotFoundError):
                 fence = int((await self.js.get_last_msg(self.ck_stream, ck_subject)).seq or 0)
         self.last_ck[sid] = fence
@@ -300,20 +224,29 @@ async def _wait_for_go(nc: Any, prefix: str, stop: asyncio.Event, max_s: float) 
     stopped.cancel()
 
 
-async def run(nats_url: str, prefix: str, shape: PublishShape, db: Path, max_s: float, engine: bool = False) -> None:
+async def open_store(db: Path | None, pg_url: str | None) -> FloorStore:
+    """The SQLite file ``db`` (turnstile's ``synchronous`` setting), or the PostgreSQL database at ``pg_url``."""
+    if pg_url is not None:
+        return await PgStore.open(pg_url)
+    assert db is not None
+    return SqliteStore(db, Settings().sqlite_synchronous)
+
+
+async def run(
+    nats_url: str, prefix: str, shape: PublishShape, db: Path | None, max_s: float, engine: bool = False,
+    pg_url: str | None = None,
+) -> None:
     link = await open_worker(baseline_settings(nats_url, prefix), max_s)
     settings, subjects, nc, js, psub, stop = link.settings, link.subjects, link.nc, link.js, link.psub, link.stop
-    synchronous = Settings().sqlite_synchronous
-    committer = Committer(open_db(db, synchronous), inline=synchronous == "NORMAL")
-    reader = open_db(db, synchronous)
+    store = await open_store(db, pg_url)
     turns = None
     if engine:  # the engine's sessions are long-lived objects: the service's collector and allocator settings
         service_settings = Settings()
         tune_gc(service_settings.gc_threshold)
         if service_settings.malloc_mmap_threshold:
             tune_malloc(service_settings.malloc_mmap_threshold)
-        turns = EngineTurns(committer.write, reader)
-    floor = Floor(js, prefix, shape, committer, reader, settings.max_concurrent_turns, turns)
+        turns = EngineTurns(store)
+    floor = Floor(js, prefix, shape, store, settings.max_concurrent_turns, turns)
     await _wait_for_go(nc, prefix, stop, max_s)
 
     in_flight = asyncio.Semaphore(settings.max_inbound_in_flight)  # staged, not yet answered
@@ -343,11 +276,12 @@ async def run(nats_url: str, prefix: str, shape: PublishShape, db: Path, max_s: 
             await in_flight.acquire()
         for inbound in await floor.stage(msgs):
             floor.dispatch(inbound).add_done_callback(_release(in_flight))
-    print(f"floor answered {floor.answered} messages in {committer.transactions} SQL transactions", flush=True)
+    print(f"floor answered {floor.answered} messages in {store.group.transactions} SQL transactions", flush=True)
     try:
         await asyncio.wait_for(nc.close(), 5)
     except Exception as exc:
         print(f"closing the connection: {exc!r}", file=sys.stderr, flush=True)
+    await store.close()
 
 
 def _release(sem: asyncio.Semaphore) -> Callable[[Any], None]:
@@ -359,13 +293,15 @@ def main() -> None:
     parser.add_argument("--nats-url", required=True)
     parser.add_argument("--prefix", required=True)
     parser.add_argument("--shape", required=True, help="PublishShape as JSON")
-    parser.add_argument("--db", type=Path, required=True, help="SQLite file (created)")
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--db", type=Path, help="SQLite file (created)")
+    where.add_argument("--pg-url", help="PostgreSQL database (postgresql://…; its tables are created)")
     parser.add_argument("--max-s", type=float, default=600.0, help="stop by itself after this")
     parser.add_argument("--engine", action="store_true", help="run turnstile's turn engine (bench/floor_engine.py)")
     args = parser.parse_args()
     shape = PublishShape.from_dict(orjson.loads(args.shape))
     started = time.monotonic()
-    asyncio.run(run(args.nats_url, args.prefix, shape, args.db, args.max_s, args.engine))
+    asyncio.run(run(args.nats_url, args.prefix, shape, args.db, args.max_s, args.engine, args.pg_url))
     print(f"floor stopped after {time.monotonic() - started:.1f}s", flush=True)
 
 

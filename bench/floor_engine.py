@@ -14,12 +14,12 @@ engine's share of a message.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import orjson
 
+from bench.floor_store import FloorStore
 from consumers.settings import Settings
 from core.engine import (
     EntryKind,
@@ -36,7 +36,6 @@ from core.engine import (
 from core.engine.snapshot import EncodedSnapshot
 from core.providers import ScriptedProvider
 
-Write = Callable[[tuple[str, list[tuple[Any, ...]]]], Awaitable[None]]
 Publish = Callable[[bytes], Awaitable[None]]
 
 
@@ -44,19 +43,16 @@ class FloorJournal:
     """The engine's journal port over the floor's journal table: an append is one committed write of
     the entries as JSON; a session opened by a later process (the paced phase's) is folded from them."""
 
-    def __init__(self, write: Write, reader: sqlite3.Connection) -> None:
-        self._write = write
-        self._reader = reader
+    def __init__(self, store: FloorStore) -> None:
+        self._store = store
 
     async def append(self, session_id: str, entries: list[JournalEntry]) -> None:
         rows = [(session_id, e.seq, e.kind.value, orjson.dumps(e.model_dump(mode="json"))) for e in entries]
-        await self._write(("INSERT INTO journal VALUES (?, ?, ?, ?)", rows))
+        await self._store.write(("journal", rows))
 
     async def load(self, session_id: str, *, from_seq: int = 0) -> list[JournalEntry]:
-        rows = self._reader.execute(
-            "SELECT body FROM journal WHERE session_id = ? AND seq >= ? ORDER BY seq", (session_id, from_seq)
-        )
-        return [JournalEntry.model_validate(orjson.loads(body)) for (body,) in rows]
+        bodies = await self._store.journal_bodies(session_id, from_seq)
+        return [JournalEntry.model_validate(orjson.loads(body)) for body in bodies]
 
     async def clear(self, session_id: str) -> None:
         return None
@@ -95,9 +91,9 @@ class NoKnowledge:
 class EngineTurns:
     """One engine session per chat session, opened on its first message, run as turnstile runs it."""
 
-    def __init__(self, write: Write, reader: sqlite3.Connection) -> None:
+    def __init__(self, store: FloorStore) -> None:
         settings = Settings()
-        self._journal = FloorJournal(write, reader)
+        self._journal = FloorJournal(store)
         self._provider = ScriptedProvider(directives=settings.scripted_directives)
         self._tools = builtin_registry()
         self._knowledge = NoKnowledge()
