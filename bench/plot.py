@@ -23,6 +23,8 @@ SERIES = (
     ("turnstile", "tools", "turnstile (2 tool calls)", "tab:cyan", "D", "-"),
     ("langgraph", "plain", "LangGraph + SQLite (in-process)", "tab:orange", "v", "-"),
     ("lg+nats/pg", "plain", "nats-py + LangGraph + PostgreSQL (fair peer)", "tab:red", "X", "-"),
+    ("floor/pg", "plain", "guarantee floor on PostgreSQL", "tab:pink", "*", "--"),
+    ("floor+engine/pg", "plain", "guarantee floor + engine on PostgreSQL", "tab:pink", "*", ":"),
 )
 
 

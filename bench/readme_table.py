@@ -21,6 +21,8 @@ WORKERS = (
     ("floor+engine", "guarantee floor running turnstile's turn engine"),
     ("turnstile-off", "turnstile (SQLite) without its records, inbox marks, KS-14 look-up, metrics (a measure)"),
     ("lg+nats/pg", "fair peer (nats-py + LangGraph + PostgreSQL)"),
+    ("floor/pg", "guarantee floor on PostgreSQL"),
+    ("floor+engine/pg", "guarantee floor running turnstile's turn engine, on PostgreSQL"),
     ("langgraph", "LangGraph + SQLite, in-process"),
 )
 

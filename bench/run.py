@@ -35,6 +35,8 @@ from bench.scaleout import summary as scaleout_summary
 from bench.scaleout import turnstile_scaleout
 from bench.scenarios import (
     FLOOR_ENGINE,
+    FLOOR_ENGINE_PG,
+    FLOOR_PG,
     PEER,
     SHELL_OFF,
     BenchContext,
@@ -60,7 +62,11 @@ PHASES = ("load", "sync", "turns20", "growth", "hol", "scaleout", "startup")
 # Rows of the load phase in run order; ``--workers`` picks some of them (``tools``: turnstile's and
 # baseline A's two-tool turn where the profile measures it; ``peer``: the fair peer).
 # ``turnstile-off``: turnstile with the rule-keeping parts of its shell switched off (bench/ablation.py), what they cost.
-LOAD_WORKERS = ("turnstile", "turnstile/pg", "baseline", "floor", FLOOR_ENGINE, SHELL_OFF, "tools", "langgraph", "peer")
+# ``floor/pg``, ``floor+engine/pg``: the guarantee floor (and with turnstile's engine) on PostgreSQL, beside the fair peer.
+LOAD_WORKERS = (
+    "turnstile", "turnstile/pg", "baseline", "floor", FLOOR_ENGINE, SHELL_OFF, "tools", "langgraph", "peer", FLOOR_PG,
+    FLOOR_ENGINE_PG,
+)
 
 
 def _say(text: str) -> None:
@@ -190,6 +196,13 @@ async def run_all(
                 fp = await _timed(peer_load(ctx, sessions))
                 result["load"].append(fp)
                 _say(f"  {PEER} (fair peer): {_summary(fp)}")
+                await settle()
+            for worker in (w for w in (FLOOR_PG, FLOOR_ENGINE_PG) if w in workers):  # beside the fair peer
+                fg = await _timed(baseline_load(ctx, sessions, drain_shape, paced_shape, "plain", worker=worker))
+                fg["shape_fallback"] = fb1 or fb2
+                result["load"].append(fg)
+                _say(f"  {worker + ':':<17}{_summary(fg)}")
+                await settle()
         if "sync" in phases and len(profile.session_counts) > 1:
             result["load"].append(await _timed(_sync_cost(ctx, result["load"], profile.session_counts[1])))
         if "turns20" in phases:

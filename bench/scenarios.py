@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import sqlite3
 import time
@@ -30,7 +31,7 @@ from bench.driver import CheckpointBytesMetric, Driver, Meters, message_plan, se
 from bench.langgraph_nats_peer import peer_settings
 from bench.pg import commits, database_bytes, fresh_database, pg_url
 from bench.profiles import Profile
-from bench.report import FLOOR_ENGINE, PEER, SHELL_OFF  # the rows' worker names
+from bench.report import FLOOR_ENGINE, FLOOR_ENGINE_PG, FLOOR_PG, FLOORS, PEER, SHELL_OFF  # the rows' worker names
 from bench.shape import PublishShape, StreamShape, measure_shape
 from bench.turnstile_load import ServiceConfig, new_prefix, start_baseline, start_floor, start_peer, start_service
 from consumers.nats_flush import flush
@@ -165,12 +166,14 @@ async def baseline_load(
     ctx: BenchContext, sessions: int, drain_shape: PublishShape, paced_shape: PublishShape, label: str,
     worker: str = "baseline",
 ) -> dict[str, Any]:
-    """Baseline A (or, ``worker="floor"``, the guarantee floor; ``"floor+engine"``, the floor running turnstile's
-    turn engine) with turnstile's measured shapes: the same drain and paced phases."""
+    """Baseline A (or one of the guarantee floor's workers, ``FLOORS``: ``floor``, ``floor+engine`` running
+    turnstile's turn engine, and both on PostgreSQL, ``floor/pg`` and ``floor+engine/pg``, in a fresh
+    database each) with turnstile's measured shapes: the same drain and paced phases."""
     p = ctx.profile
-    floor = worker in ("floor", FLOOR_ENGINE)
-    start = functools.partial(start_floor, engine=worker == FLOOR_ENGINE) if floor else start_baseline
-    prefix = new_prefix(("fe" if worker == FLOOR_ENGINE else "fl") if floor else "bl")
+    floor = worker in FLOORS
+    engine = worker in (FLOOR_ENGINE, FLOOR_ENGINE_PG)
+    on_pg = worker in (FLOOR_PG, FLOOR_ENGINE_PG)
+    prefix = new_prefix(("fe" if engine else "fl") if floor else "bl")
     subjects = Subjects(prefix)
     await ensure_streams(ctx.js, baseline_settings(ctx.nats_url, prefix), subjects)
     sids = session_ids(uuid.uuid4().hex[:8], sessions)
@@ -180,34 +183,45 @@ async def baseline_load(
     child: Child | None = None
     max_s = p.reply_timeout_s * 3
     try:
-        before = await stream_states(ctx.js, subjects)
-        # A longer backlog than turnstile's: the baseline drains it in a fraction of a second. The floor
-        # running the engine drains turnstile's: its transcripts, and so its snapshots, grow as turnstile's do.
-        backlog = p.drain_count(sessions, label)
-        if worker != FLOOR_ENGINE:
-            backlog = max(backlog, p.baseline_min_drain)
-        await driver.preload(message_plan(sids, backlog, TURN_TEXTS[label]))
-        child = await start(
-            ctx.nats_url, prefix, orjson.dumps(drain_shape.as_dict()).decode(), ctx.work / f"{prefix}-drain.log", max_s
-        )
-        driver.timer.meters = Meters(child.meter, ctx.server_meter)
-        driver.open_window()
-        await ctx.nc.publish(f"{prefix}.bench.go", b"")
-        out["drain"] = (await driver.measure_drain(sessions, p.drain_timeout_s(backlog))).as_dict()
-        mid = await settled_stream_states(ctx.js, subjects)
-        out["drain_shape"] = measure_shape(before, mid).as_dict()
-        await child.stop()
-        child = await start(
-            ctx.nats_url, prefix, orjson.dumps(paced_shape.as_dict()).decode(), ctx.work / f"{prefix}-paced.log", max_s
-        )
-        driver.timer.meters = Meters(child.meter, ctx.server_meter)
-        await ctx.nc.publish(f"{prefix}.bench.go", b"")
-        paced = await driver.paced(
-            message_plan(sids, p.paced_count(sessions, label), TURN_TEXTS[label]), p.paced_rate_per_s, sessions, p.reply_timeout_s
-        )
-        out["paced"] = paced.as_dict()
-        out["paced_shape"] = measure_shape(mid, await settled_stream_states(ctx.js, subjects)).as_dict()
-        out["rss_bytes"] = child.meter.rss_bytes()
+        async with contextlib.AsyncExitStack() as stack:
+            database = await stack.enter_async_context(fresh_database("floor")) if on_pg else None
+            start = (
+                functools.partial(start_floor, engine=engine, pg_url=pg_url(database) if database else None)
+                if floor else start_baseline
+            )
+            before = await stream_states(ctx.js, subjects)
+            # A longer backlog than turnstile's: the baseline drains it in a fraction of a second. The floor
+            # running the engine drains turnstile's: its transcripts, and so its snapshots, grow as turnstile's do.
+            backlog = p.drain_count(sessions, label)
+            if not engine:
+                backlog = max(backlog, p.baseline_min_drain)
+            await driver.preload(message_plan(sids, backlog, TURN_TEXTS[label]))
+            child = await start(
+                ctx.nats_url, prefix, orjson.dumps(drain_shape.as_dict()).decode(), ctx.work / f"{prefix}-drain.log", max_s
+            )
+            driver.timer.meters = Meters(child.meter, ctx.server_meter)
+            driver.open_window()
+            await ctx.nc.publish(f"{prefix}.bench.go", b"")
+            out["drain"] = (await driver.measure_drain(sessions, p.drain_timeout_s(backlog))).as_dict()
+            mid = await settled_stream_states(ctx.js, subjects)
+            out["drain_shape"] = measure_shape(before, mid).as_dict()
+            await child.stop()
+            child = await start(
+                ctx.nats_url, prefix, orjson.dumps(paced_shape.as_dict()).decode(), ctx.work / f"{prefix}-paced.log", max_s
+            )
+            driver.timer.meters = Meters(child.meter, ctx.server_meter)
+            await ctx.nc.publish(f"{prefix}.bench.go", b"")
+            paced = await driver.paced(
+                message_plan(sids, p.paced_count(sessions, label), TURN_TEXTS[label]), p.paced_rate_per_s, sessions,
+                p.reply_timeout_s,
+            )
+            out["paced"] = paced.as_dict()
+            out["paced_shape"] = measure_shape(mid, await settled_stream_states(ctx.js, subjects)).as_dict()
+            out["rss_bytes"] = child.meter.rss_bytes()
+            if database is not None:
+                await child.stop()
+                child = None
+                await _count_commits(out, database)
     except Exception as exc:
         out.update(_phase_error(ctx, f"{worker} at {sessions} sessions", exc))
         if child is not None:
@@ -218,8 +232,6 @@ async def baseline_load(
         await driver.detach()
         await delete_streams(ctx.js, subjects)
     return out
-
-
 
 
 async def _count_commits(out: dict[str, Any], database: str) -> None:

@@ -60,12 +60,13 @@ async def start_baseline(nats_url: str, prefix: str, shape_json: str, log_path: 
 
 
 async def start_floor(
-    nats_url: str, prefix: str, shape_json: str, log_path: Path, max_s: float, *, engine: bool = False
+    nats_url: str, prefix: str, shape_json: str, log_path: Path, max_s: float, *, engine: bool = False,
+    pg_url: str | None = None,
 ) -> Child:
-    """The guarantee floor (bench/floor.py), ready and waiting for ``<prefix>.bench.go``; one SQLite file per prefix.
-    ``engine``: with turnstile's turn engine (``--engine``, bench/floor_engine.py)."""
-    db = log_path.parent / f"{prefix}.db"
-    args = ["-m", "bench.floor", "--nats-url", nats_url, "--prefix", prefix, "--shape", shape_json, "--db", str(db)]
+    """The guarantee floor (bench/floor.py), ready and waiting for ``<prefix>.bench.go``; one SQLite file per prefix,
+    or the PostgreSQL database ``pg_url``. ``engine``: with turnstile's turn engine (``--engine``, bench/floor_engine.py)."""
+    store = ["--pg-url", pg_url] if pg_url else ["--db", str(log_path.parent / f"{prefix}.db")]
+    args = ["-m", "bench.floor", "--nats-url", nats_url, "--prefix", prefix, "--shape", shape_json, *store]
     child = Child([*args, "--max-s", str(max_s), *(["--engine"] if engine else [])], {}, log_path)
     await child.wait_ready("floor ready", 30.0)
     return child

@@ -145,3 +145,23 @@ def test_turnstile_with_its_shell_parts_off_is_printed_after_the_floors_and_does
     assert note.index("; floor+engine ") < note.index("; turnstile-off 1.14× baseline A (meets the limit)")
     assert note.endswith("turnstile 1.25× the turnstile-off")
     assert cpu["detail"].endswith("(floor 900) (floor+engine 1,200) (turnstile-off 800)")
+
+
+def test_on_postgresql_the_floors_on_postgresql_are_printed_beside_the_fair_peer_and_do_not_judge() -> None:
+    result = _result()
+    result["load"].append(_row("floor/pg", 100, 500.0, 10.0, 50.0, 900.0))
+    result["load"].append(_row("floor+engine/pg", 100, 350.0, 14.0, 55.0, 1_500.0))
+    targets = evaluate_targets(result, ("load",))
+    p50 = _target_named(targets, "turnstile (PostgreSQL) paced p50 ahead of the fair peer @ 100 sessions")
+    assert p50["floor_pg"] == pytest.approx(10 / 12) and p50["floor_pg_pass"] is True  # the floor is ahead of the peer
+    assert p50["engine_pg"] == pytest.approx(14 / 12) and p50["engine_pg_pass"] is False  # with the engine it is not
+    assert p50["over_floor_pg"] == pytest.approx(30 / 10)
+    assert p50["pass"] is False  # still judged on turnstile against the fair peer: 30 > 12 ms
+    note = floor_note(p50)
+    assert "; floor/pg 0.83× the fair peer (meets the limit), turnstile 3.00× the floor/pg" in note
+    assert note.endswith("; floor+engine/pg 1.17× the fair peer (misses the limit too), turnstile 2.14× the floor+engine/pg")
+    assert p50["detail"].endswith("(floor/pg 10.00) (floor+engine/pg 14.00)")
+    drain = _target_named(targets, "turnstile (PostgreSQL) drain ahead of the fair peer @ 100 sessions")
+    assert drain["floor_pg"] == pytest.approx(500 / 400) and drain["floor_pg_pass"] is True
+    sqlite = _target_named(targets, "turnstile (SQLite) paced p50 ahead of the fair peer @ 100 sessions")
+    assert "floor_pg" not in sqlite and floor_note(sqlite) == ""  # SQLite's targets carry no PostgreSQL floor
