@@ -40,7 +40,7 @@ def sqlite_url(tmp_path: Path) -> str:
 def postgres_url() -> Iterator[str]:
     """A fresh, empty PostgreSQL database for one test, dropped afterwards."""
     if not postgres_reachable():
-        pytest.skip("PostgreSQL not reachable on %s:%s" % (PG_HOST, PG_PORT))
+        pytest.skip(f"PostgreSQL not reachable on {PG_HOST}:{PG_PORT}")
     import asyncpg
 
     name = "turnstile_test_" + uuid.uuid4().hex[:12]

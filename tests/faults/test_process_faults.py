@@ -36,7 +36,7 @@ async def _load_while(rig: FaultRig, fault: Callable[[], object], n_sessions: in
 async def _service_kills(rig: FaultRig, kills: int) -> None:
     for _ in range(kills):
         await wait_for(lambda: len(rig.record.published) >= 10, timeout_s=30, what="some load first")
-        await asyncio.sleep(0.8)  # noqa: ASYNC - the fault's moment in the load, not a wait for a condition
+        await asyncio.sleep(0.8)  # the fault's moment in the load, not a wait for a condition
         await rig.kill_service()
         await asyncio.sleep(1.0)  # the restart delay (outage length), not a wait for a condition
         await rig.restart_service()

@@ -88,8 +88,8 @@ class Page:
 async def headless_chromium(executable: str) -> AsyncIterator[Page]:
     """Start Chromium headless with a throwaway profile; yield its first page; kill it after."""
     with tempfile.TemporaryDirectory(prefix="turnstile-chromium-") as profile, \
-            open(Path(profile) / "stderr.log", "wb") as log:  # a file: a full pipe would block chromium
-        process = subprocess.Popen(
+            open(Path(profile) / "stderr.log", "wb") as log:  # noqa: ASYNC230 (creates the empty file chromium's stderr goes to: a full pipe would block it)
+        process = subprocess.Popen(  # noqa: ASYNC220 (starts chromium and returns; its own session, killed by group and polled below)
             [
                 executable, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                 "--no-first-run", "--no-default-browser-check", "--disable-extensions", "--hide-scrollbars",

@@ -29,7 +29,7 @@ async def test_an_unknown_resource_or_verb_is_answered_not_found_once(
     p = subjects.prefix
     for subject in (f"{p}.api.foo.bar", f"{p}.api.session.nope", f"{p}.api.foo", f"{p}.api.session.get.extra"):
         replies = await request_collecting(nc, subject, b"{}")
-        await wait_for(lambda: replies.messages, what=f"an answer on {subject}")
+        await wait_for(lambda replies=replies: replies.messages, what=f"an answer on {subject}")
         reply = replies.json()[0]
         assert reply["ok"] is False and reply["error"]["code"] == "not_found", reply
         assert subject.removeprefix(f"{p}.api.") in reply["error"]["message"]

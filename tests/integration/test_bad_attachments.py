@@ -77,7 +77,7 @@ async def test_bad_attachments_are_dead_lettered_before_any_session_is_filed(
 
     letters = dead.json()
     assert len(letters) == len(BAD_ATTACHMENTS)
-    for letter, (what, _) in zip(letters, BAD_ATTACHMENTS):
+    for letter, (what, _) in zip(letters, BAD_ATTACHMENTS, strict=True):
         assert letter["error"]["code"] == "invalid_attachment", (what, letter["error"])
         assert "attachment" in letter["error"]["message"], (what, letter["error"])
         assert orjson.loads(letter["raw"])["text"] == what

@@ -60,7 +60,7 @@ async def test_the_command_is_byte_for_byte_what_nats_py_sends(nc: Client, heade
 
 
 def test_the_fence_header_is_the_block_nats_py_would_build() -> None:
-    assert FENCE_HEADER % 4711 == header_block({"Nats-Expected-Last-Subject-Sequence": "4711"})
+    assert header_block({"Nats-Expected-Last-Subject-Sequence": "4711"}) == FENCE_HEADER % 4711
 
 
 @contextlib.asynccontextmanager

@@ -87,7 +87,7 @@ async def _killed_before_done_mark(
         await service.wait_ready(nc)
         body = inbound(sid, text)
         await publish_inbound(nc, subjects, body)
-        await wait_for(lambda: killer.seen, timeout_s=30, what="the reply")
+        await wait_for(lambda killer=killer: killer.seen, timeout_s=30, what="the reply")
         assert service.proc is not None
         await service.proc.wait()
         if await inbox_status(service.settings, body["id"]) == STAGED:

@@ -157,7 +157,7 @@ async def test_unrelated_sessions_are_answered_while_a_large_subtree_is_being_de
     outbound = f"{subjects.prefix}.outbound."
 
     def answered() -> set[str]:
-        return {r["reply_to"] for m, r in zip(timeline.messages, timeline.json()) if m.subject.startswith(outbound)}
+        return {r["reply_to"] for m, r in zip(timeline.messages, timeline.json(), strict=True) if m.subject.startswith(outbound)}
 
     # Answered while the deletion of the parent is still running (its message still waits).
     await wait_for(lambda: {b["id"] for b in bodies} <= answered(), what="unrelated replies during the deletion")
@@ -169,7 +169,7 @@ async def test_unrelated_sessions_are_answered_while_a_large_subtree_is_being_de
 
     kinds = [
         ("reply", body["reply_to"]) if m.subject.startswith(outbound) else ("event", body["type"])
-        for m, body in zip(timeline.messages, timeline.json())
+        for m, body in zip(timeline.messages, timeline.json(), strict=True)
         if m.subject.startswith(outbound) or m.subject == subjects.event(parent, "session.deleted")
     ]
     parent_deleted = kinds.index(("event", "session.deleted"))
@@ -178,7 +178,7 @@ async def test_unrelated_sessions_are_answered_while_a_large_subtree_is_being_de
     waiting_reply = next(r for r in timeline.json() if r.get("reply_to") == waiting["id"])
     assert waiting_reply["generation"] == manager.generation_of(parent) != 0
     by_session: dict[str, list[str]] = {}
-    for m, r in zip(timeline.messages, timeline.json()):
+    for m, r in zip(timeline.messages, timeline.json(), strict=True):
         if m.subject.startswith(outbound) and r["session_id"] in others:
             by_session.setdefault(r["session_id"], []).append(r["text"])
     assert by_session == {sid: [f"echo: n{k}" for k in range(3)] for sid in others}

@@ -10,6 +10,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from consumers.inline_delivery import subscribe_inline
+from tests.waiting import wait_for
 
 
 async def test_messages_reach_the_handler_inline_and_other_subscriptions_keep_nats_py_s_path(nc: Client) -> None:
@@ -29,9 +30,7 @@ async def test_messages_reach_the_handler_inline_and_other_subscriptions_keep_na
     await nc.publish(f"{base}.acks.h", b"", headers={"Status-Like": "x"})
     await nc.publish(f"{base}.other", b"still nats-py")
     other = await asyncio.wait_for(others.get(), 5)
-    deadline = asyncio.get_running_loop().time() + 5
-    while len(inline) < 51 and asyncio.get_running_loop().time() < deadline:
-        await asyncio.sleep(0.01)
+    await wait_for(lambda: len(inline) >= 51, timeout_s=5, interval_s=0.01, what="the 51 messages handled inline")
     assert [(s, d) for s, d, _ in inline[:50]] == [(f"{base}.acks.{i}".encode(), str(i).encode()) for i in range(50)]
     assert all(h is None for _, _, h in inline[:50])
     assert inline[50] == (f"{base}.acks.h".encode(), b"", {"Status-Like": "x"})
@@ -54,9 +53,7 @@ async def test_a_handler_that_raises_does_not_take_the_connection_down(nc: Clien
     await subscribe_inline(nc, f"{base}.*", handle)
     await nc.publish(f"{base}.a", b"boom")
     await nc.publish(f"{base}.b", b"after")
-    deadline = asyncio.get_running_loop().time() + 5
-    while len(seen) < 2 and asyncio.get_running_loop().time() < deadline:
-        await asyncio.sleep(0.01)
+    await wait_for(lambda: len(seen) >= 2, timeout_s=5, interval_s=0.01, what="both messages handled")
     assert seen == [b"boom", b"after"]
     assert nc.is_connected
 

@@ -134,14 +134,16 @@ async def test_live_events_arrive_as_server_sent_events(
     connected = asyncio.Event()
 
     async def listen() -> None:
-        async with httpx.AsyncClient(timeout=None) as client:
-            async with client.stream("GET", f"{service.http.url}/inspector/api/live", params={"id": sid}) as resp:
-                assert resp.headers["content-type"].startswith("text/event-stream")
-                async for line in resp.aiter_lines():
-                    if line.startswith(": connected"):
-                        connected.set()
-                    if line.startswith("data: "):
-                        received.append(orjson.loads(line[len("data: "):]))
+        async with (
+            httpx.AsyncClient(timeout=None) as client,
+            client.stream("GET", f"{service.http.url}/inspector/api/live", params={"id": sid}) as resp,
+        ):
+            assert resp.headers["content-type"].startswith("text/event-stream")
+            async for line in resp.aiter_lines():
+                if line.startswith(": connected"):
+                    connected.set()
+                if line.startswith("data: "):
+                    received.append(orjson.loads(line[len("data: "):]))
 
     listener = asyncio.create_task(listen())
     try:
@@ -172,11 +174,13 @@ async def test_an_open_live_stream_does_not_hold_up_the_service_stop(settings: S
     connected = asyncio.Event()
 
     async def listen() -> None:
-        async with httpx.AsyncClient(timeout=None) as client:
-            async with client.stream("GET", f"{service.http.url}/inspector/api/live") as resp:
-                async for line in resp.aiter_lines():
-                    if line.startswith(": connected"):
-                        connected.set()
+        async with (
+            httpx.AsyncClient(timeout=None) as client,
+            client.stream("GET", f"{service.http.url}/inspector/api/live") as resp,
+        ):
+            async for line in resp.aiter_lines():
+                if line.startswith(": connected"):
+                    connected.set()
 
     listener = asyncio.create_task(listen())
     try:

@@ -86,7 +86,7 @@ async def test_interrupting_a_stalled_tool_call_leaves_no_orphaned_call(
     snap = last_snapshot(checkpoints)
     by_call = results_by_call(snap["transcript"])
     assert len(by_call) == 1
-    [(call_id, results)] = by_call.items()
+    [(_call_id, results)] = by_call.items()
     assert len(results) == 1 and results[0]["interrupted"] is True
     assert any(i["kind"] == "notice" and i["payload"]["code"] == "user_stop" for i in snap["transcript"])
     assert snap["turn"]["open_calls"] == [] and snap["status"] == "idle"
@@ -199,7 +199,7 @@ async def test_a_provider_error_ends_the_turn_in_error_and_keeps_the_message(
     assert replies.json()[0]["text"] == "echo: still there?"
     # The failed message is not lost: it stays in the transcript, before the repair of its turn.
     staged = [i for i in last_snapshot(checkpoints)["transcript"] if i["kind"] == "user_message"]
-    assert [i["payload"]["inbound_id"] for i in staged][0] == failing["id"]
+    assert staged[0]["payload"]["inbound_id"] == failing["id"]
 
 
 @pytest.mark.rule("KS-14")
@@ -281,7 +281,7 @@ async def test_an_exhausted_turn_is_retried_over_the_api_and_answers(
 ) -> None:
     # KS-9: turn.retry resets only an exhausted ordinary conversation, then runs the turn again.
     sid = _sid("retry")
-    replies, checkpoints, events = await _watch(nc, subjects, sid)
+    replies, _checkpoints, events = await _watch(nc, subjects, sid)
     script = "\n".join(['/tool knowledge_search {"query": "q"}'] * 16 + ["/say done after retry"])
     message = inbound(sid, script, chat=CHAT)
     await publish_inbound(nc, subjects, message)

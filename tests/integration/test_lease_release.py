@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import uuid
 
-import pytest
 from nats.aio.client import Client
 
 from consumers.lease import LEASE_KEY, OwnershipLease

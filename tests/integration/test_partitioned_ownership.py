@@ -7,6 +7,7 @@ when unreachable). Ownership is read from the partition leases (``<PREFIX>_PARTI
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import time
@@ -102,7 +103,9 @@ async def test_two_workers_serve_at_once_and_a_paused_one_does_not_hold_up_the_o
                 await publish_inbound(nc, subjects, inbound(sid, f"while paused {pid(paused)}"))
             for sid in other_sids:
                 await wait_for(
-                    lambda sid=sid: any(f"while paused {pid(paused)}" in m.data.decode() for m in replies[sid].messages),
+                    lambda sid=sid, paused=paused: any(
+                        f"while paused {pid(paused)}" in m.data.decode() for m in replies[sid].messages
+                    ),
                     timeout_s=30, what=f"{sid} answered while the other worker is paused",
                 )
             # Answered while the paused worker still held its leases: nothing waited for a TTL.
@@ -284,20 +287,21 @@ async def test_deleting_a_subtree_spread_over_two_workers_answers_nothing_of_it_
         await streamer
     old = {sid: next(int(b["generation"]) for k, s, b in seen if k == "reply" and s == sid)  # type: ignore[arg-type]
            for sid in (parent, child) if any(k == "reply" and s == sid for k, s, _ in seen)}
-    await wait_for(lambda: _quiet(seen), timeout_s=60, what="the last replies")
+    quiet_state: dict[str, object] = {}
+    await wait_for(lambda: _quiet(seen, quiet_state), timeout_s=60, what="the last replies")
     for sid in (parent, child):
         deleted_at = next(i for i, (k, s, _) in enumerate(seen) if k == "session.deleted" and s == sid)
         late = [b for k, s, b in seen[deleted_at:] if k == "reply" and s == sid and b["generation"] == old.get(sid)]
         assert late == [], f"{sid} answered in its deleted generation after session.deleted: {late}"
 
 
-def _quiet(seen: list[tuple[str, str, dict[str, object]]], _state: dict[str, object] = {}) -> bool:
-    """True once no message arrived for a second (polled by wait_for)."""
+def _quiet(seen: list[tuple[str, str, dict[str, object]]], state: dict[str, object]) -> bool:
+    """True once no message arrived for a second (polled by wait_for; ``state`` is kept between the polls)."""
     now = time.monotonic()
-    if _state.get("count") != len(seen):
-        _state["count"], _state["since"] = len(seen), now
+    if state.get("count") != len(seen):
+        state["count"], state["since"] = len(seen), now
         return False
-    return now - float(_state["since"]) >= 1.0  # type: ignore[arg-type]
+    return now - float(state["since"]) >= 1.0  # type: ignore[arg-type]
 
 
 @pytest.mark.rule("MQ-2")
@@ -328,10 +332,8 @@ async def test_a_draining_worker_keeps_its_partitions_until_its_turns_finish_the
         if (await partition_owners(nc, subjects)).get(part) == pid(b):
             assert replies[sid].messages, "B took the partition while A was still draining"
         looks += 1
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(a.proc.wait()), 0.1)
-        except TimeoutError:
-            pass
     assert looks > 10  # the drain was watched (the stalled turn keeps A draining ~4 s)
     await wait_for(lambda: replies[sid].messages, timeout_s=30, what="the drained turn's reply")
     await wait_for(lambda: _owner_is(nc, subjects, part, pid(b)), timeout_s=30, what="the hand-over")

@@ -72,7 +72,7 @@ async def test_a_provider_that_echoes_the_api_key_leaks_it_nowhere(
         "wire": b"\n".join(m.data for m in everything.messages).decode(errors="replace"),
         "settings": repr(settings) + str(settings),
         "control reply": written_reply.decode(errors="replace"),
-        "database": b"".join(p.read_bytes() for p in tmp_path.glob("turnstile.db*")).decode(errors="replace"),
+        "database": b"".join(p.read_bytes() for p in tmp_path.glob("turnstile.db*")).decode(errors="replace"),  # noqa: ASYNC240 (the test's own SQLite files, read once the service has stopped)
     }
     assert "Incorrect API key" in written["wire"] + written["logs"], "the refusal itself is reported"
     for where, text in written.items():

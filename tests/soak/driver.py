@@ -7,6 +7,7 @@ and the oracle's report (tests/soak/oracle.py).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from pathlib import Path
@@ -109,10 +110,8 @@ class SoakDriver:
                 if k.trigger in self._triggers:
                     trigger = self._triggers[k.trigger]
                     trigger.clear()
-                    try:
+                    with contextlib.suppress(TimeoutError):  # nothing happened for a while: kill now
                         await asyncio.wait_for(trigger.wait(), TRIGGER_TIMEOUT_S)
-                    except TimeoutError:
-                        pass  # nothing happened for a while: kill now
                 killed_at = time.time()
                 await self.service.kill()
                 await asyncio.sleep(k.restart_delay_s)  # the downtime under test, drawn from [0, 3 × window]
@@ -126,7 +125,7 @@ class SoakDriver:
             sid = self.session_ids[d.session]
             async with self._faults:
 
-                async def exists() -> bool:
+                async def exists(sid: str = sid) -> bool:
                     got = await api(self.nc, self.subjects, "session", "get", {"session_id": sid})
                     return bool(got.get("ok"))
 
@@ -175,7 +174,7 @@ class SoakDriver:
 
 async def run_soak(config: SoakConfig, workdir: Path) -> tuple[SoakRecord, OracleReport]:
     """One whole soak in ``workdir`` (nats store, SQLite file, service log)."""
-    workdir.mkdir(parents=True, exist_ok=True)
+    workdir.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 (once, before the soak starts anything)
     async with NatsServer(store_dir=workdir / "nats") as server, soak_database(config.database, workdir) as db_url:
         nc = await nats.connect(server.url)
         try:

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 
 from tests.soak.config import SoakConfig
 
-
 # What a kill waits for once its moment has come: nothing, the next reply stored (its message is not yet
 # marked done), or the next publish acked (the service is fetching and staging it, not yet acked).
 KILL_TRIGGERS = ("timer", "after_reply", "after_publish")
@@ -56,7 +55,7 @@ def make_plan(config: SoakConfig) -> SoakPlan:
     kill_triggers = (triggers * config.kills)[: config.kills]
     rng.shuffle(kill_triggers)
     moments = sorted(rng.uniform(0.05, 0.9) * span_s for _ in range(config.kills))
-    kills = [KillPlan(at_s, rng.uniform(0.0, config.max_restart_delay_s), t) for at_s, t in zip(moments, kill_triggers)]
+    kills = [KillPlan(at_s, rng.uniform(0.0, config.max_restart_delay_s), t) for at_s, t in zip(moments, kill_triggers, strict=True)]
     first_publish_s: dict[int, float] = {}
     for slot, s in enumerate(order):
         first_publish_s.setdefault(s, slot / config.rate_per_s)

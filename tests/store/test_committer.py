@@ -166,7 +166,7 @@ async def test_sqlite_wal_is_checkpointed_in_the_background_and_stays_small(
                 await checkpoints.running  # let each background checkpoint finish (deterministic)
         assert committer.transactions >= 600
         # 600 writes of 8 KB would leave a WAL of ~5 MB without checkpoints.
-        assert os.path.getsize(wal) < 1_000_000
+        assert os.path.getsize(wal) < 1_000_000  # noqa: ASYNC240 (a stat of the test's own WAL file)
     finally:
         await committer.aclose()
         async with engine.begin() as conn:

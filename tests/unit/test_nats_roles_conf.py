@@ -6,7 +6,6 @@ import subprocess
 from pathlib import Path
 
 from consumers.nats_server import nats_server_binary
-
 from schemas.nats_roles import (
     adapter_role,
     observer_role,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from types import SimpleNamespace
 from typing import Any
 
@@ -27,14 +26,14 @@ class TimingOutJetStream:
     async def consumer_info(self) -> SimpleNamespace:
         return SimpleNamespace(num_pending=self.pending.pop(0))
 
-    async def fetch(self, batch: int, timeout: float) -> list[Any]:
+    async def fetch(self, batch: int, timeout: float) -> list[Any]:  # noqa: ASYNC109 (nats-py's fetch(batch, timeout), called with timeout=)
         raise self.error
 
     async def unsubscribe(self) -> None:
         self.unsubscribed = True
 
 
-@pytest.mark.parametrize("error", [asyncio.TimeoutError(), nats.errors.TimeoutError()])
+@pytest.mark.parametrize("error", [TimeoutError(), nats.errors.TimeoutError()])
 async def test_a_pull_that_times_out_either_way_is_asked_again(error: Exception) -> None:
     # nats-py raises asyncio.TimeoutError, not its own, when its first no-wait pull used the whole timeout.
     js = TimingOutJetStream(error)

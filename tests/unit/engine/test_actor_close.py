@@ -7,6 +7,7 @@ from typing import Any
 
 from consumers.actors import ActorRegistry
 from tests.unit.engine.test_actor_mailbox import RecordingRunner
+from tests.waiting import wait_for
 
 
 class _Staged:
@@ -23,8 +24,7 @@ async def test_close_returns_once_the_running_item_finishes_although_the_drain_t
     registry = ActorRegistry(lambda sid: runner, idle_s=3600.0)  # type: ignore[arg-type,return-value]
     inbound: Any = type("In", (), {"platform": "cli", "id": "x"})()
     await registry.deliver(_Staged(), inbound)  # type: ignore[arg-type]
-    while runner.running == 0:
-        await asyncio.sleep(0)
+    await wait_for(lambda: runner.running != 0, interval_s=0, what="the item to run")
     closing = asyncio.ensure_future(registry.close(drain_timeout_s=3600.0))
     await asyncio.sleep(0)
     assert not closing.done()  # the running turn may finish
@@ -38,7 +38,6 @@ async def test_close_with_a_zero_drain_timeout_cancels_the_running_item() -> Non
     registry = ActorRegistry(lambda sid: runner, idle_s=3600.0)  # type: ignore[arg-type,return-value]
     inbound: Any = type("In", (), {"platform": "cli", "id": "x"})()
     await registry.deliver(_Staged(), inbound)  # type: ignore[arg-type]
-    while runner.running == 0:
-        await asyncio.sleep(0)
+    await wait_for(lambda: runner.running != 0, interval_s=0, what="the item to run")
     await asyncio.wait_for(registry.close(drain_timeout_s=0), 10)
     assert len(registry) == 0

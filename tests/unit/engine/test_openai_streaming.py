@@ -57,7 +57,7 @@ async def test_a_streamed_answer_reaches_on_text_as_it_grows_and_returns_whole()
     assert response.text == "Hello, streaming world!" and not response.tool_calls
     assert (response.usage.input_tokens, response.usage.output_tokens) == (12, 6)
     assert seen.texts[0] == "Hel" and seen.texts[-1] == "Hello, streaming world!"
-    assert all(b.startswith(a) and len(b) > len(a) for a, b in zip(seen.texts, seen.texts[1:]))
+    assert all(b.startswith(a) and len(b) > len(a) for a, b in zip(seen.texts, seen.texts[1:], strict=False))
 
 
 async def test_tool_call_arguments_are_assembled_across_interleaved_chunks() -> None:

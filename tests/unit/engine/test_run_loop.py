@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import pytest
@@ -11,9 +12,9 @@ from core.engine import AgentMode, RuntimeModel, SessionOptions, ToolDefinition,
 from core.engine.tools import ToolOutcome
 from core.errors import Cancelled, CheckpointFailed, ProviderError
 from core.providers import ModelRequest, ModelResponse, ScriptedProvider
+from tests.waiting import wait_for
 
 from .conftest import PROMPT, Recorder, SessionFactory
-from tests.waiting import wait_for
 
 
 class CountingTool:
@@ -160,10 +161,8 @@ async def test_resume_never_reruns_a_journaled_tool(
         crashed = Recorder(fail_at=crash_at + 1)
         session = await make_session(tools=tools, session_id=f"resume-{idempotent}-{crash_at}")
         await session.begin_user_turn("/tool count\n/tool count\n/say done")
-        try:
+        with contextlib.suppress(CheckpointFailed):
             await session.run_pending_turn("op", crashed)
-        except CheckpointFailed:
-            pass
         entries = await journal.load(session.session_id)
         journaled_results = sum(1 for e in entries if e.kind.value == "tool_result")
         tool.runs = 0

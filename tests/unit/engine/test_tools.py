@@ -9,7 +9,14 @@ from pathlib import Path
 import orjson
 import pytest
 
-from core.engine import AgentMode, JournalHistoryReader, SessionOptions, TakeVerdict, WorkBinding, validate_delivery_file_name
+from core.engine import (
+    AgentMode,
+    JournalHistoryReader,
+    SessionOptions,
+    TakeVerdict,
+    WorkBinding,
+    validate_delivery_file_name,
+)
 from core.engine.tools import builtin_registry, validate_arguments
 from core.engine.tools.session_tools import check_transcription_prompt
 from core.errors import Forbidden, InvalidInput, NotFound
@@ -221,7 +228,7 @@ async def test_release_managed_sources_releases_session_leases(
     writer = await make_session(options=options)
     await writer.begin_user_turn(_call("write_file", {"path": "out.txt", "content": "1"}))
     await writer.run_pending_turn("op", Recorder())
-    target = os.path.realpath(tmp_path / "proj" / "src" / "out.txt")
+    target = os.path.realpath(tmp_path / "proj" / "src" / "out.txt")  # noqa: ASYNC240 (resolves a path in the test's tmp_path)
     assert await leases.held_by(writer.state.managed_source_session_id) == [target]
     other = await make_session(options=options, session_id="other")
     await other.begin_user_turn(_call("write_file", {"path": "out.txt", "content": "2"}))
@@ -232,7 +239,7 @@ async def test_release_managed_sources_releases_session_leases(
     await other.begin_user_turn(_call("write_file", {"path": "out.txt", "content": "2"}))
     await other.run_pending_turn("op-2", Recorder())
     assert _tool_results(other)[-1]["ok"]
-    assert Path(target).read_text() == "2"
+    assert Path(target).read_text() == "2"  # noqa: ASYNC240 (the one-byte file the tool wrote)
 
 
 async def test_file_tools_without_binding_are_forbidden(make_session: SessionFactory) -> None:

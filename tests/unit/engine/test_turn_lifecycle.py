@@ -8,9 +8,9 @@ import pytest
 
 from core.engine import TurnExhausted
 from core.errors import Cancelled, CheckpointFailed, Conflict, InvalidInput
+from tests.waiting import wait_for
 
 from .conftest import Recorder, SessionFactory
-from tests.waiting import wait_for
 
 
 @pytest.mark.rule("KS-4")

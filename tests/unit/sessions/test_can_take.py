@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import timezone
+from datetime import UTC
 
 import pytest
 
@@ -137,7 +137,7 @@ def test_refusal_reasons_are_text_objects_without_platform_names() -> None:
     # SM-24
     for reason in (TAKE_UNKNOWN, TAKE_SCOPE_SESSION, TAKE_OTHER_PLATFORM, TAKE_CROSS_BOT_ACCOUNT, TAKE_OTHER_GROUP, TAKE_OTHERS_DM):
         assert isinstance(reason, TextRef)
-        for text in (reason.source(timezone.utc), reason.render("zh")):
+        for text in (reason.source(UTC), reason.render("zh")):
             assert text and not any(p in text.lower() for p in ("telegram", "discord", "qq", "webui", "cli"))
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timezone
+from datetime import UTC
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -33,8 +33,8 @@ def test_kind_comes_from_parent_then_origin(parent_id: str | None, origin_platfo
 def test_a_named_session_is_labelled_by_its_name() -> None:
     # SM-2
     label = session_label(rec("a", name="Planning"))
-    assert label.render("en", timezone.utc) == "Planning"
-    assert label.render("zh", timezone.utc) == "Planning"
+    assert label.render("en", UTC) == "Planning"
+    assert label.render("zh", UTC) == "Planning"
 
 
 @pytest.mark.rule("SM-2")
@@ -42,8 +42,8 @@ def test_an_unnamed_root_reads_session_and_date_time_with_year_in_the_readers_la
     # SM-2
     label = session_label(rec("a", created_at=T0))
     assert isinstance(label, TextRef) and label.key == "session.label.root"
-    assert label.render("en", timezone.utc) == "Session 2026-11-02 12:00"
-    assert label.render("zh", timezone.utc) == "会话 2026-11-02 12:00"
+    assert label.render("en", UTC) == "Session 2026-11-02 12:00"
+    assert label.render("zh", UTC) == "会话 2026-11-02 12:00"
     assert label.render("zh-CN", ZoneInfo("Asia/Shanghai")) == "会话 2026-11-02 20:00"
 
 
@@ -51,9 +51,9 @@ def test_an_unnamed_root_reads_session_and_date_time_with_year_in_the_readers_la
 def test_an_unnamed_child_reads_subtask_and_short_time() -> None:
     # SM-2
     label = session_label(rec("c", parent_id="a", created_at=T0))
-    assert label.render("en", timezone.utc) == "Subtask 12:00"
-    assert label.render("zh", timezone.utc) == "子任务 12:00"
-    assert label.source(timezone.utc) == "Subtask 12:00"
+    assert label.render("en", UTC) == "Subtask 12:00"
+    assert label.render("zh", UTC) == "子任务 12:00"
+    assert label.source(UTC) == "Subtask 12:00"
 
 
 @pytest.mark.rule("SM-2")

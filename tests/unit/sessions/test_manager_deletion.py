@@ -62,14 +62,14 @@ async def test_generation_changes_synchronously_at_deletion_start_parents_before
     root, child, grandchild, other = await tree(manager)
     before = {sid: manager.generation_of(sid) for sid in (root, child, grandchild, other)}
     seen: list[tuple[str, int]] = []
-    original = manager._table.bump_generation  # noqa: SLF001 - observe the order of the bumps
+    original = manager._table.bump_generation  # observe the order of the bumps
 
     def spy(session_id: str) -> int:
         value = original(session_id)
         seen.append((session_id, value))
         return value
 
-    manager._table.bump_generation = spy  # type: ignore[method-assign]  # noqa: SLF001
+    manager._table.bump_generation = spy  # type: ignore[method-assign]
     repo.gate = asyncio.Event()  # hold the deletion's write
     deletion = asyncio.ensure_future(manager.delete_session(root))
     assert manager.generation_of(root) == before[root]  # nothing happens before the task runs

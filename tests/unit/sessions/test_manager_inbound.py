@@ -182,7 +182,7 @@ async def test_concurrent_calls_for_one_session_share_one_recording(
     repo.gate = asyncio.Event()
     calls = [asyncio.create_task(manager.record_inbound(group_message(sid))) for _ in range(4)]
     # wait until the first call is writing
-    await wait_for(lambda: manager._recorder._in_flight, timeout_s=5, interval_s=0, what="the first recording")  # noqa: SLF001
+    await wait_for(lambda: manager._recorder._in_flight, timeout_s=5, interval_s=0, what="the first recording")
     assert not any(c.done() for c in calls)  # resolves only after the filing is stored
     repo.gate.set()
     await asyncio.gather(*calls)

@@ -9,8 +9,8 @@ import pytest
 from core.errors import Conflict, InvalidInput, NotFound
 from core.sessions.fields import SessionCreation, SessionFields
 from core.sessions.manager import SessionManager
-from tests.fakes.session_repo import InMemorySessionRepository, RecordingEventSink
 from core.sessions.records import WorkBinding
+from tests.fakes.session_repo import InMemorySessionRepository, RecordingEventSink
 
 from .conftest import ManagerFactory, new_id
 

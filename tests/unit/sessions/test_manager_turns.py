@@ -9,9 +9,9 @@ import pytest
 
 from core.errors import InvalidInput
 from core.sessions.manager import SessionManager
-from tests.fakes.session_repo import InMemorySessionRepository, RecordingEventSink
 from core.sessions.ports import StoreChange
 from core.sessions.records import LastTurn, TokenUsage
+from tests.fakes.session_repo import InMemorySessionRepository, RecordingEventSink
 
 from .conftest import FakeClock, ManagerFactory, new_id
 

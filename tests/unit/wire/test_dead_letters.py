@@ -35,7 +35,7 @@ def test_a_letter_fits_and_identifies_the_whole_original(raw: bytes, raw_max_byt
     letter = orjson.loads(payload)
     assert letter["raw_size_bytes"] == len(raw) and letter["raw_truncated"] is True
     assert letter["raw_sha256"] == hashlib.sha256(raw).hexdigest() and letter["stream_seq"] == 7
-    assert 0 < len(letter["raw"]) and raw.decode("utf-8", errors="replace").startswith(letter["raw"].rstrip("\ufffd"))
+    assert len(letter["raw"]) > 0 and raw.decode("utf-8", errors="replace").startswith(letter["raw"].rstrip("\ufffd"))
 
 
 def test_a_small_payload_is_kept_whole() -> None:
