@@ -238,7 +238,15 @@ async def _measure(
     await flush(tap)
     log_path = work / "service.counters"
     if worker == "floor":
-        child = await start_floor(server.url, prefix, orjson.dumps(floor_shape(checkpoint_bytes).as_dict()).decode(), work / "floor.log", 600)
+        floor_pg = None
+        if pg_database is not None:  # the floor on the same PostgreSQL server (bench/floor_store.py)
+            from bench.pg import pg_url
+
+            floor_pg = pg_url(pg_database)
+        child = await start_floor(
+            server.url, prefix, orjson.dumps(floor_shape(checkpoint_bytes).as_dict()).decode(), work / "floor.log", 600,
+            pg_url=floor_pg,
+        )
         await nc.publish(f"{prefix}.bench.go", b"")
     else:
         extra: dict[str, str] = {}

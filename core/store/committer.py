@@ -143,11 +143,12 @@ class GroupCommitter:
         ``one_statement``: ``op`` executes exactly one statement (PostgreSQL runs it alone in
         autocommit when nothing else is queued with it).
         ``piece``: the same write as one statement that can join others (PostgreSQL runs a batch
-        of such writes as one statement in autocommit); its ``result`` is ``op``'s.
+        of such writes as one statement in autocommit, and a lone one whose ``op`` is not
+        ``one_statement`` as its piece); its ``result`` is ``op``'s.
         """
         queue = self._ensure_writer()
         done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        queue.append(_Queued(op, done, lazy, one_statement or piece is not None, piece))
+        queue.append(_Queued(op, done, lazy, one_statement, piece))
         self._queued.set()
         # A cancelled caller cancels only its own future: the queued op still runs in the next
         # group transaction (the writer never looks at the future before it settles it).

@@ -88,12 +88,14 @@ def renumbered(sql: str, offset: int) -> str:
 class Piece:
     """A write as ONE data-modifying statement that can join others in one statement (PostgreSQL,
     ``numeric_dollar``): ``sql`` binds ``$1``…``$n`` to ``values``; ``notify`` a ``pg_notify(channel,
-    payload)`` sent with it (delivered at commit); ``result`` what the write returns when it lands."""
+    payload)`` sent with it (delivered at commit); ``result`` what the write returns when it lands, or,
+    for a statement with ``RETURNING``, ``returned``: what it returns given how many rows it returned."""
 
     sql: str
     values: tuple[Any, ...]
     notify: tuple[str, str] | None = None
     result: Any = None
+    returned: Callable[[int], Any] | None = None
 
 
 # asyncpg binds at most 32767 values in one statement.
@@ -108,7 +110,8 @@ def joinable(pieces: Sequence[Piece]) -> bool:
 def run_pieces(conn: Connection, pieces: Sequence[Piece]) -> list[Any]:
     """Run ``pieces`` as one statement, ``WITH w0 AS (…), w1 AS (…) SELECT pg_notify(…)`` (a data-modifying
     ``WITH`` runs whether or not it is read; every part sees the same snapshot, and one failing fails
-    the statement: as atomic as a transaction of them); their results in order."""
+    the statement: as atomic as a transaction of them); their results in order. A piece with ``returned``
+    is counted in the same statement (``(SELECT count(*) FROM wN)``) and its result is ``returned(count)``."""
     parts: list[str] = []
     values: list[Any] = []
     notify: tuple[str, str] | None = None
@@ -117,6 +120,9 @@ def run_pieces(conn: Connection, pieces: Sequence[Piece]) -> list[Any]:
         values.extend(piece.values)
         notify = piece.notify or notify
     n = len(values)
-    tail = "SELECT 1" if notify is None else f"SELECT pg_notify(${n + 1}, ${n + 2})"
-    conn.exec_driver_sql(f"WITH {', '.join(parts)} {tail}", (*values, *(notify or ())))
-    return [p.result for p in pieces]
+    counted = [i for i, piece in enumerate(pieces) if piece.returned is not None]
+    columns = ["1" if notify is None else f"pg_notify(${n + 1}, ${n + 2})"]
+    columns += [f"(SELECT count(*) FROM w{i})" for i in counted]
+    row = conn.exec_driver_sql(f"WITH {', '.join(parts)} SELECT {', '.join(columns)}", (*values, *(notify or ()))).first()
+    counts = dict(zip(counted, row[1:] if row is not None else (), strict=True))
+    return [p.result if p.returned is None else p.returned(int(counts[i])) for i, p in enumerate(pieces)]

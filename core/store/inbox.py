@@ -19,6 +19,7 @@ import logging
 import re
 import time
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from sqlalchemy import (
     BigInteger,
@@ -44,10 +45,11 @@ from core.errors import OwnershipLost
 from core.inbox import DONE, DROPPED, STAGED, StagedMessage
 from core.store.committer import GroupCommitter
 from core.store.db import metadata, upsert_insert
-from core.store.driver_sql import driver_sql, renumbered, run_rows
+from core.store.driver_sql import Piece, driver_sql, renumbered, run_rows
 from core.store.partition_epochs import WriteFence, claims_of, epochs_hold
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 PRUNE_EVERY_S = 3600.0
 # A prune deletes at most this many rows a transaction: on SQLite the committer runs its transactions on the
@@ -92,6 +94,8 @@ class SqlInbox:
         self._pruner: asyncio.Task[None] | None = None
         # Partitioned: staging carries the partition epochs held (core/store/partition_epochs.py).
         self.fence: WriteFence | None = None
+        # PostgreSQL (asyncpg): a lone staging and the marks can join in one statement (``Piece``).
+        self._joins = db_engine.dialect.paramstyle == "numeric_dollar"
 
     def start(self, retention_s: float | None = None) -> None:
         """Start writing marks in the background; with ``retention_s``, also prune finished rows
@@ -107,25 +111,17 @@ class SqlInbox:
         if not messages:
             return []
         now = time.time()
-        fresh: dict[tuple[str, str], StagedMessage] = {}
         claims = claims_of(self.fence, {m.session_id for m in messages})
-        refused: list[bool] = []
+        first: dict[tuple[str, str], StagedMessage] = {}
+        for m in messages:  # the first occurrence of each key, in arrival order
+            first.setdefault(m.key, m)
+        values = [(m.platform, m.message_id, m.session_id, m.generation, m.payload, STAGED, now) for m in first.values()]
 
-        def op(conn: Connection) -> None:
-            # Insert what is new, skip what is staged already (a redelivery or a
-            # replay), and return the keys that were inserted (RETURNING), in one transaction.
-            fresh.clear()
-            refused.clear()
+        def op(conn: Connection) -> set[tuple[str, str]] | None:
+            # Insert what is new, skip what is staged already (a redelivery or a replay), and
+            # return the keys that were inserted (RETURNING), in one transaction; None: refused.
             if not epochs_hold(conn, claims):
-                refused.append(True)  # an answer, not an error: the group transaction goes on
-                return
-            first: dict[tuple[str, str], StagedMessage] = {}
-            for m in messages:  # the first occurrence of each key, in arrival order
-                first.setdefault(m.key, m)
-            values = [
-                (m.platform, m.message_id, m.session_id, m.generation, m.payload, STAGED, now)
-                for m in first.values()
-            ]
+                return None  # an answer, not an error: the group transaction goes on
             # A backlog's batch: multi-row statements of 2**k rows each, compiled once per k (a
             # batch of 100 runs 64 + 32 + 4 rows), bound with the rows' values in one flat tuple.
             inserted: set[tuple[str, str]] = set()
@@ -136,27 +132,35 @@ class SqlInbox:
                 params = chunk[0] if size == 1 else tuple(v for row in chunk for v in row)
                 inserted.update((r[0], r[1]) for r in conn.exec_driver_sql(_stage_sql(conn, size), params).all())
                 at += size
-            for m in messages:
-                if m.key in inserted and m.key not in fresh:
-                    fresh[m.key] = m
+            return inserted
 
-        # Unfenced, a live chat's message is one INSERT: alone in its batch it commits as that statement.
-        await self._write(op, one_statement=not claims and len({m.key for m in messages}) == 1)
-        if refused:
+        # Unfenced, a live chat's message is one INSERT: alone in its batch it commits as that statement,
+        # and on PostgreSQL it joins the lazy marks queued before it in one statement (a ``Piece``).
+        alone = not claims and len(first) == 1
+        piece = None
+        if alone and self._joins:
+            (key,) = first
+            piece = lambda conn: Piece(  # noqa: E731
+                _stage_sql(conn, 1), values[0], returned=lambda rows: {key} if rows else set()
+            )
+        inserted = await self._write(op, one_statement=alone, piece=piece)
+        if inserted is None:
             raise OwnershipLost(f"{len(messages)} messages not staged: their partition has a newer owner")
         seen: set[tuple[str, str]] = set()
         result = []
         for m in messages:
-            result.append(m.key in fresh and m.key not in seen)
+            result.append(m.key in inserted and m.key not in seen)
             seen.add(m.key)
         return result
 
-    async def _write(self, op: Callable[[Connection], object], *, lazy: bool = False, one_statement: bool = False) -> None:
+    async def _write(
+        self, op: Callable[[Connection], T], *, lazy: bool = False, one_statement: bool = False,
+        piece: Callable[[Connection], Piece] | None = None,
+    ) -> T:
         if self._committer is not None:
-            await self._committer.run(op, lazy=lazy, one_statement=one_statement)
-            return
+            return await self._committer.run(op, lazy=lazy, one_statement=one_statement, piece=piece)
         async with self._db_engine.begin() as conn:
-            await conn.run_sync(op)
+            return await conn.run_sync(op)
 
     async def pending(self) -> list[StagedMessage]:
         """Every staged, unfinished message in staging order."""
@@ -206,8 +210,12 @@ class SqlInbox:
         marks, self._marks = self._marks, {}
         now = time.time()
         params = [(s, now, k[0], k[1]) for k, s in marks.items()]
+        piece = None
+        if self._joins:  # PostgreSQL: every mark in one statement, which can join the next staging's
+            arrays = (now, list(marks.values()), [k[0] for k in marks], [k[1] for k in marks])
+            piece = lambda _conn: Piece(_MARKS_PG, arrays)  # noqa: E731
         try:
-            await self._write(lambda conn: run_rows(conn, _mark_sql(conn), params), lazy=lazy)
+            await self._write(lambda conn: run_rows(conn, _mark_sql(conn), params), lazy=lazy, piece=piece)
         except Exception:
             # Put them back (newer marks win); the next flush retries.
             for k, s in marks.items():
@@ -326,6 +334,14 @@ def _repeat_values(one_row: str, rows: int) -> str:
     else:  # numeric_dollar: group k binds the k-th row's values
         groups = [f"({renumbered(group, k * width - int(numbered[0]) + 1)})" for k in range(rows)]
     return f"{head} VALUES {', '.join(groups)} ON CONFLICT {tail}"
+
+
+# PostgreSQL: a flush's marks as ONE statement (its rows' columns as arrays), so it can be a ``Piece``.
+_MARKS_PG = (
+    "UPDATE inbox SET status = v.status, finished_at = $1"
+    " FROM unnest($2::varchar[], $3::varchar[], $4::varchar[]) AS v(status, platform, message_id)"
+    " WHERE inbox.platform = v.platform AND inbox.message_id = v.message_id"
+)
 
 
 def _mark_sql(conn: Connection) -> str:

@@ -152,11 +152,11 @@ async def test_the_background_writer_retries_marks_whose_write_failed(
     write = inbox._write
     failures = {"left": 2}
 
-    async def failing_then_working(op: Any, *, lazy: bool = False) -> None:
+    async def failing_then_working(op: Any, **how: Any) -> None:
         if failures["left"]:
             failures["left"] -= 1
             raise OSError("database went away")
-        await write(op, lazy=lazy)
+        await write(op, **how)
 
     monkeypatch.setattr(inbox, "_write", failing_then_working)
     inbox.mark(message("flaky"), DONE)

@@ -1,5 +1,6 @@
-"""A turn's answer appended to the journal with the lazy record upsert queued before it: on PostgreSQL
-one statement (no BEGIN/COMMIT), as atomic and as failing alone as their group transaction."""
+"""A turn's answer appended to the journal with the lazy record upsert queued before it, and a message
+staged with the lazy inbox marks queued before it: on PostgreSQL one statement each (no BEGIN/COMMIT),
+as atomic and as failing alone as their group transaction."""
 
 from __future__ import annotations
 
@@ -14,10 +15,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 import core.store.journal_tables  # noqa: F401 - registers the journal table on the metadata
 from core.engine.journal import EntryKind, JournalEntry
 from core.errors import Conflict
+from core.inbox import DONE, DROPPED, StagedMessage
 from core.sessions.ports import StoreChange
 from core.sessions.records import SessionRecord
 from core.store.change_feed import CHANNEL, NotifyingSessionRepository
 from core.store.committer import GroupCommitter
+from core.store.inbox import SqlInbox
 from core.store.journal_repo import SqlHistoryJournal
 from core.store.session_tables import sessions_table
 from tests.waiting import wait_for
@@ -93,3 +96,45 @@ async def test_an_answer_and_the_lazy_record_write_before_it_commit_together_and
         if listener is not None:
             await listener.close()
 
+
+
+def _message(mid: str) -> StagedMessage:
+    return StagedMessage(platform="cli", message_id=mid, session_id="s1", generation=0, payload=b"{}")
+
+
+async def test_a_staged_message_and_the_lazy_marks_queued_before_it_commit_together(engine: AsyncEngine) -> None:
+    """The previous messages' done marks wait for company (lazy) and ride on the next staging: on
+    PostgreSQL as ONE statement, which still answers which messages were new."""
+    postgres = engine.dialect.name == "postgresql"
+    statements: list[str] = []
+
+    def counted(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        statements.append(statement)
+
+    committer = GroupCommitter(engine)
+    inbox = SqlInbox(engine, committer)
+    first, other, second = _message("m1"), _message("m0"), _message("m2")
+    assert await inbox.stage([other, first]) == [True, True]
+    event.listen(engine.sync_engine, "before_cursor_execute", counted)
+    try:
+        inbox.mark(other, DROPPED)
+        inbox.mark(first, DONE)
+        # The background flush's write is queued first (lazy), the staging joins its batch.
+        _, staged = await asyncio.gather(inbox._flush_lazily(), inbox.stage([second]))
+        writes = list(statements)
+        assert staged == [True]
+        if postgres:
+            # ONE statement: the marks' update and the staging insert (no BEGIN/COMMIT).
+            assert len(writes) == 1 and writes[0].startswith("WITH ")
+            assert "UPDATE inbox" in writes[0] and "INSERT INTO inbox" in writes[0]
+
+        statements.clear()
+        inbox.mark(second, DONE)
+        _, again = await asyncio.gather(inbox._flush_lazily(), inbox.stage([second]))  # a redelivery
+        assert again == [False]  # staged before: not new
+        if postgres:
+            assert len(statements) == 1 and statements[0].startswith("WITH ")
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", counted)
+        await committer.aclose()
+    assert [await inbox.status_of("cli", m) for m in ("m0", "m1", "m2")] == [DROPPED, DONE, DONE]
