@@ -14,7 +14,6 @@ outbound ``Nats-Msg-Id`` dedup keeps a resumed turn from answering twice.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import socket
@@ -28,6 +27,7 @@ from nats.js.errors import BadRequestError, KeyNotFoundError, KeyWrongLastSequen
 from nats.js.kv import KeyValue
 
 from consumers.connect import not_now
+from consumers.task_stop import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -133,9 +133,8 @@ class OwnershipLease:
         while True:
             await asyncio.sleep(interval)
             try:
-                self._revision = await asyncio.wait_for(
-                    kv.update(LEASE_KEY, self.owner_id.encode(), last=self._revision), interval
-                )
+                async with asyncio.timeout(interval):  # not wait_for: it can lose a cancel (task_stop.py)
+                    self._revision = await kv.update(LEASE_KEY, self.owner_id.encode(), last=self._revision)
                 last_ok = time.monotonic()
                 continue
             except asyncio.CancelledError:
@@ -156,9 +155,7 @@ class OwnershipLease:
     async def release(self) -> None:
         """Stop renewing and delete the lease so a standby takes over at once."""
         if self._renewer is not None:
-            self._renewer.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._renewer
+            await cancel_and_wait(self._renewer)
             self._renewer = None
         if self._revision is not None and self._kv is not None:
             try:

@@ -48,6 +48,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, sto
 
 from consumers.lease import new_owner_id
 from consumers.partitions import fair_share
+from consumers.task_stop import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -179,16 +180,14 @@ class PartitionOwnership:
         """Shutdown, first step: take and release nothing more; the held leases stay renewed while
         the caller drains its running turns (they must not expire under it)."""
         if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            await cancel_and_wait(self._task)
             self._task = None
 
     async def stop(self) -> None:
         """Stop balancing and renewing; the caller then releases (``release_all``) once its work is flushed."""
         for task in (self._task, self._renewer):
             if task is not None:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
+                await cancel_and_wait(task)
         self._task = self._renewer = None
 
     async def release_all(self) -> None:
@@ -240,9 +239,8 @@ class PartitionOwnership:
             if now - held.renewed_at < self._cadence_s():
                 continue
             try:
-                held.revision = await asyncio.wait_for(
-                    kv.update(_pkey(partition), self.owner_id.encode(), last=held.revision), self._cadence_s()
-                )
+                async with asyncio.timeout(self._cadence_s()):  # not wait_for: it can lose a cancel (task_stop.py)
+                    held.revision = await kv.update(_pkey(partition), self.owner_id.encode(), last=held.revision)
                 held.renewed_at = now
                 self._renewal.set()
                 self._renewal = asyncio.Event()
