@@ -23,7 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core.sessions.ports import StoreChange
 from core.store.committer import GroupCommitter
-from core.store.driver_sql import Piece, run_pieces
+from core.store.driver_sql import Piece, joins_pieces, run_pieces
 from core.store.session_repo import (
     SqlSessionRepository,
     place_from_row,
@@ -115,7 +115,7 @@ class NotifyingSessionRepository(SqlSessionRepository):
     def __init__(self, engine: AsyncEngine, committer: GroupCommitter | None = None, *, origin: str) -> None:
         super().__init__(engine, committer)
         self.origin = origin
-        self._paramstyle = engine.dialect.paramstyle
+        self._pieces = joins_pieces(engine)
 
     def _apply(self, conn: Connection, change: StoreChange) -> None:
         if conn.dialect.name != "postgresql":  # SQLite has no one to tell: the keys need not be gathered
@@ -130,7 +130,7 @@ class NotifyingSessionRepository(SqlSessionRepository):
         notify(conn, keys_of(change, self.origin))
 
     def _joins(self, change: StoreChange) -> bool:
-        return self._paramstyle == "numeric_dollar" and _one_record(change)
+        return self._pieces and _one_record(change)
 
     def _piece(self, conn: Connection, change: StoreChange) -> Piece:
         """The one record's upsert and its notification as a ``Piece`` (it joins the journal append it

@@ -38,9 +38,10 @@ engine): a pool checkout and return around each cost ~0.18 ms of a ~0.7 ms one-r
 measured through ``run``, paced), on the serial path of every message. A batch whose every write also comes as a
 ``Piece`` (``run(op, piece=...)``: one data-modifying statement, e.g. a turn's answer appended to the
 journal with the lazy ``turn_started`` record upsert queued before it, or a message's staging with the lazy
-inbox marks queued before it; at most ``MAX_JOINED``) runs the same way as ONE statement, ``WITH w0 AS (…), w1 AS (…) SELECT pg_notify(…)`` (``core/store/driver_sql.py``): one round
-trip instead of ``BEGIN``, a statement each and ``COMMIT``. If it fails, its writes are retried one by
-one in transactions of their own, as a failed group transaction's are.
+inbox marks queued before it; at most ``MAX_JOINED``) runs the same way as ONE statement,
+``WITH w0 AS (…), w1 AS (…) SELECT pg_notify(…)`` (``core/store/driver_sql.py``): one round trip instead of
+``BEGIN``, a statement each and ``COMMIT``. If it fails, its writes are retried one by one in transactions of
+their own, as a failed group transaction's are.
 """
 
 from __future__ import annotations

@@ -32,9 +32,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ClauseElement
 
@@ -96,6 +96,11 @@ class Piece:
     notify: tuple[str, str] | None = None
     result: Any = None
     returned: Callable[[int], Any] | None = None
+
+
+def joins_pieces(db_engine: AsyncEngine | Engine) -> bool:
+    """Whether writes on ``db_engine`` can be ``Piece``s joined in one statement (PostgreSQL's asyncpg, ``$n`` binds)."""
+    return bool(db_engine.dialect.paramstyle == "numeric_dollar")
 
 
 # asyncpg binds at most 32767 values in one statement.

@@ -48,7 +48,7 @@ from core.errors import OwnershipLost
 from core.inbox import DONE, DROPPED, STAGED, StagedMessage
 from core.store.committer import GroupCommitter
 from core.store.db import metadata, upsert_insert
-from core.store.driver_sql import Piece, driver_sql, renumbered, run_rows
+from core.store.driver_sql import Piece, driver_sql, joins_pieces, renumbered, run_rows
 from core.store.partition_epochs import WriteFence, claims_of, epochs_hold
 
 log = logging.getLogger(__name__)
@@ -98,7 +98,7 @@ class SqlInbox:
         # Partitioned: staging carries the partition epochs held (core/store/partition_epochs.py).
         self.fence: WriteFence | None = None
         # PostgreSQL (asyncpg): a lone staging and the marks can join in one statement (``Piece``).
-        self._joins = db_engine.dialect.paramstyle == "numeric_dollar"
+        self._joins = joins_pieces(db_engine)
 
     def start(self, retention_s: float | None = None) -> None:
         """Start writing marks in the background; with ``retention_s``, also prune finished rows

@@ -28,7 +28,7 @@ from core.engine.journal import EntryKind, JournalEntry
 from core.errors import Conflict, OwnershipLost, Unavailable
 from core.store.committer import GroupCommitter
 from core.store.db import create_sqlite_reader_engine, is_sqlite
-from core.store.driver_sql import Piece, driver_sql, renumbered, run_rows
+from core.store.driver_sql import Piece, driver_sql, joins_pieces, renumbered, run_rows
 from core.store.journal_tables import journal_entries
 from core.store.partition_epochs import WriteFence, claims_of, epochs_hold
 from core.store.session_tables import generations_table, sessions_table
@@ -64,7 +64,7 @@ class SqlHistoryJournal:
             db_engine if self._tail_reader is not None else db_engine.execution_options(isolation_level="AUTOCOMMIT")
         )
         # PostgreSQL (asyncpg): an unfenced append can join other writes in one statement (``Piece``).
-        self._joins = db_engine.dialect.paramstyle == "numeric_dollar"
+        self._joins = joins_pieces(db_engine)
 
     @property
     def transactions(self) -> int:
