@@ -86,6 +86,40 @@ class ProcessMeter:
             return 0
 
 
+@dataclass(frozen=True)
+class MachineCpu:
+    """The whole machine's CPU seconds so far, summed over its CPUs (``psutil.cpu_times``): what every
+    process ran (``busy``: user, nice, system, irq, softirq), what the hypervisor took from this VM
+    (``steal``), and everything counted (``total``, idle and iowait included)."""
+
+    busy: float
+    steal: float
+    total: float
+
+    @staticmethod
+    def now() -> MachineCpu:
+        t = psutil.cpu_times()
+        busy = t.user + t.nice + t.system + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0)
+        steal = getattr(t, "steal", 0.0)
+        return MachineCpu(busy, steal, busy + steal + t.idle + getattr(t, "iowait", 0.0))
+
+    def share_until(self, later: MachineCpu, charged_s: float) -> dict[str, float]:
+        """What the machine did between this sample and ``later``, in % of its capacity (all CPUs):
+        ``steal_pct`` (taken by the hypervisor), ``busy_pct`` (every process), ``others_pct`` (every
+        process but the ``charged_s`` CPU seconds of the measured ones: the driver, PostgreSQL, anything
+        else running). A row that ran slower than its neighbours with more steal or others lost the
+        machine, not its code."""
+        total = later.total - self.total
+        if total <= 0:
+            return {"steal_pct": 0.0, "busy_pct": 0.0, "others_pct": 0.0}
+        busy = later.busy - self.busy
+        return {
+            "steal_pct": round((later.steal - self.steal) / total * 100, 2),
+            "busy_pct": round(busy / total * 100, 2),
+            "others_pct": round(max(busy - charged_s, 0.0) / total * 100, 2),
+        }
+
+
 class MeterGroup:
     """Several processes metered as one (the scale-out phase's workers): CPU, RSS and bytes written, summed."""
 

@@ -24,7 +24,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.common import LatencyStats, MeterGroup, ProcessMeter, wait_until
+from bench.common import LatencyStats, MachineCpu, MeterGroup, ProcessMeter, wait_until
 from bench.shape import STORE_HEADER_OVERHEAD, STORE_RECORD_OVERHEAD
 from consumers.nats_flush import flush
 from consumers.publisher import FENCE_HEADER
@@ -53,6 +53,25 @@ class Meters:
 
     def sample(self) -> tuple[float, float]:
         return self.worker.cpu_s(), self.server.cpu_s()
+
+    def moment(self) -> Moment:
+        """Now: the clock, the worker's and the server's CPU, and the whole machine's."""
+        return Moment(time.perf_counter(), *self.sample(), MachineCpu.now())
+
+
+@dataclass(frozen=True)
+class Moment:
+    """One sample of a phase's window: ``at`` (perf_counter), CPU seconds of the worker and the server, the machine."""
+
+    at: float
+    worker_cpu_s: float
+    server_cpu_s: float
+    machine: MachineCpu
+
+    def machine_until(self, later: Moment) -> dict[str, float]:
+        """The machine's shares between the two (``MachineCpu.share_until``), the worker and server charged."""
+        charged = (later.worker_cpu_s - self.worker_cpu_s) + (later.server_cpu_s - self.server_cpu_s)
+        return self.machine.share_until(later.machine, charged)
 
 
 @dataclass
@@ -85,9 +104,9 @@ class ReplyTimer:
         self.got: dict[str, float] = {}
         self.acked: dict[str, float] = {}  # the inbound publish's stream ack
         self.expected = 0
-        self.start: tuple[float, float, float] | None = None  # (t, worker cpu, server cpu): window opened
-        self.first: tuple[float, float, float] | None = None  # the same at the first reply
-        self.last: tuple[float, float, float] | None = None
+        self.start: Moment | None = None  # the window opened
+        self.first: Moment | None = None  # the first reply
+        self.last: Moment | None = None
         self.replies_total = 0
 
     def reset(self, expected: int) -> None:
@@ -106,12 +125,12 @@ class ReplyTimer:
             return
         if reply_to not in self.sent or reply_to in self.got:
             return
-        now = time.perf_counter()
-        self.got[reply_to] = now
+        moment = self.meters.moment()
+        self.got[reply_to] = moment.at
         if self.first is None:
-            self.first = (now, *self.meters.sample())
+            self.first = moment
         if len(self.got) == self.expected:
-            self.last = (now, *self.meters.sample())
+            self.last = moment
 
     def done(self) -> bool:
         return len(self.got) >= self.expected
@@ -219,7 +238,7 @@ class Driver:
 
     def open_window(self) -> None:
         """The worker starts consuming now: drain time and CPU are counted from here."""
-        self.timer.start = (time.perf_counter(), *self.timer.meters.sample())
+        self.timer.start = self.timer.meters.moment()
 
     async def measure_drain(self, sessions: int, timeout_s: float) -> PhaseResult:
         """Wait for the preloaded backlog to be answered; capacity = replies in the window / window.
@@ -229,10 +248,10 @@ class Driver:
         """
         await wait_until(self.timer.done, timeout_s)
         t = self.timer
-        last = t.last or (time.perf_counter(), *t.meters.sample())
+        last = t.last or t.meters.moment()
         first = t.start or t.first or last
-        window = max(last[0] - first[0], 1e-9)
-        n = sum(1 for at in t.got.values() if at >= first[0])
+        window = max(last.at - first.at, 1e-9)
+        n = sum(1 for at in t.got.values() if at >= first.at)
         rate = n / window
         lat = LatencyStats.of([t.got[k] - t.sent[k] for k in t.got])
         per = max(n, 1)
@@ -244,9 +263,9 @@ class Driver:
             window_s=window,
             msgs_per_s=rate,
             latency=lat,
-            worker_cpu_us_per_msg=(last[1] - first[1]) / per * 1e6,
-            server_cpu_us_per_msg=(last[2] - first[2]) / per * 1e6,
-            extra={"replies_total": t.replies_total, "replies_in_window": n},
+            worker_cpu_us_per_msg=(last.worker_cpu_s - first.worker_cpu_s) / per * 1e6,
+            server_cpu_us_per_msg=(last.server_cpu_s - first.server_cpu_s) / per * 1e6,
+            extra={"replies_total": t.replies_total, "replies_in_window": n, "machine": first.machine_until(last)},
         )
 
     async def paced(self, plan: list[tuple[str, str]], rate_per_s: float, sessions: int, timeout_s: float) -> PhaseResult:
@@ -254,7 +273,7 @@ class Driver:
         t = self.timer
         t.reset(len(plan))
         loop = asyncio.get_running_loop()
-        cpu0 = t.meters.sample()
+        m0 = t.meters.moment()
         written0 = t.meters.worker.written_bytes(), t.meters.server.written_bytes()
         t0 = loop.time()
         p0 = time.perf_counter()
@@ -274,7 +293,7 @@ class Driver:
         await asyncio.gather(*pending)
         await wait_until(t.done, timeout_s)
         p1 = time.perf_counter()
-        cpu1 = t.meters.sample()
+        m1 = t.meters.moment()
         written1 = t.meters.worker.written_bytes(), t.meters.server.written_bytes()
         n = len(t.got)
         lat = LatencyStats.of([t.got[k] - t.sent[k] for k in t.got])
@@ -295,13 +314,15 @@ class Driver:
             window_s=p1 - p0,
             msgs_per_s=n / (p1 - p0),
             latency=lat,
-            worker_cpu_us_per_msg=(cpu1[0] - cpu0[0]) / per * 1e6,
-            server_cpu_us_per_msg=(cpu1[1] - cpu0[1]) / per * 1e6,
+            worker_cpu_us_per_msg=(m1.worker_cpu_s - m0.worker_cpu_s) / per * 1e6,
+            server_cpu_us_per_msg=(m1.server_cpu_s - m0.server_cpu_s) / per * 1e6,
             extra={
                 "rate_per_s": rate_per_s,
                 "publisher_late_max_ms": late_max_s * 1000,
                 "replies_total": t.replies_total,
                 "started_wall": started_wall,
+                # the machine over the window: steal, every process, every process but these two
+                "machine": m0.machine_until(m1),
                 # storage bytes made dirty per message answered (worker, nats-server): the write-back
                 # the server's per-message fsyncs share the disk with
                 "worker_written_bytes_per_msg": (written1[0] - written0[0]) / per,

@@ -269,6 +269,14 @@ def _fmt(x: Any, digits: int = 1) -> str:
     return str(x)
 
 
+def _machine_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The machine during each row's paced window: steal and the other processes' CPU, in % of both CPUs
+    (a row slower than its neighbours with more of either lost the machine, not its code)."""
+    shares = [(r, _get(r, "paced", "extra", "machine")) for r in rows]
+    shown = [f"{r['worker']} @ {r['sessions']:,} {m['steal_pct']:.1f}/{m['others_pct']:.1f}" for r, m in shares if m]
+    return ["Paced window, steal/others % of the machine: " + ", ".join(shown)] if shown else []
+
+
 def table(result: dict[str, Any]) -> str:
     """A plain-text table of every load row, the storage/restore figures and the targets."""
     lines = []
@@ -291,6 +299,7 @@ def table(result: dict[str, Any]) -> str:
             f" {_fmt(_get(p, 'latency', 'max_ms'), 2):>8} {str(p.get('answered', '—')) + '/' + str(p.get('sent', '—')):>9}"
             f" | {_fmt(rss / 1e6 if rss else None):>7}"
         )
+    lines += _machine_lines(result["load"])
     pg = [r for r in result["load"] if r.get("pg_commits_per_msg") is not None]
     if pg:
         lines.append(
