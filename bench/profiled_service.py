@@ -147,6 +147,7 @@ class PgTrips:
         counted(Connection, "executemany", lambda _a: "executemany")
         counted(Connection, "_prepare", lambda _a: "prepare")
         counted(PreparedStatement, "_PreparedStatement__bind_execute", lambda _a: "statement")
+        counted(Connection, "fetchrow", lambda _a: "statement")  # the group committer's pieces (``send_pieces``)
         counted(PreparedStatement, "executemany", lambda _a: "executemany")
 
 

@@ -9,12 +9,13 @@ import uuid
 from dataclasses import replace
 from typing import Any
 
-from sqlalchemy import event, select
+import pytest
+from sqlalchemy import event, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 import core.store.journal_tables  # noqa: F401 - registers the journal table on the metadata
 from core.engine.journal import EntryKind, JournalEntry
-from core.errors import Conflict
+from core.errors import Conflict, Unavailable
 from core.inbox import DONE, DROPPED, StagedMessage
 from core.sessions.ports import StoreChange
 from core.sessions.records import SessionRecord
@@ -96,6 +97,45 @@ async def test_an_answer_and_the_lazy_record_write_before_it_commit_together_and
         if listener is not None:
             await listener.close()
 
+
+
+async def test_a_lone_append_sent_as_its_piece_is_seen_counted_and_fails_as_sqlalchemys_errors(
+    engine: AsyncEngine,
+) -> None:
+    # On PostgreSQL a lone unfenced append is sent on the writer's asyncpg connection itself, not through
+    # SQLAlchemy: listeners still see it, a taken seq is still a Conflict (IntegrityError), and a connection
+    # the server dropped is still Unavailable (a DBAPIError), with the next append on a new connection.
+    postgres = engine.dialect.name == "postgresql"
+    statements: list[str] = []
+
+    def counted(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        statements.append(statement)
+
+    committer = GroupCommitter(engine)
+    journal = SqlHistoryJournal(engine, committer=committer)
+    sid = f"s-{uuid.uuid4().hex[:10]}"
+    event.listen(engine.sync_engine, "before_cursor_execute", counted)
+    try:
+        await journal.append(sid, [_entry(0)])
+        if postgres:  # (SQLite's writer has an engine of its own)
+            assert len(statements) == 1 and statements[0].startswith("WITH ") and "journal_entries" in statements[0]
+        with pytest.raises(Conflict):
+            await journal.append(sid, [_entry(1), _entry(0)])
+        await journal.append(sid, [_entry(1)])
+        assert [e.seq for e in await journal.load(sid)] == [0, 1]
+        if postgres:
+            held = committer._held
+            assert held is not None
+            pid = (await held.exec_driver_sql("SELECT pg_backend_pid()")).scalar_one()
+            async with engine.connect() as other:
+                await other.execute(text("SELECT pg_terminate_backend(:p)"), {"p": pid})
+            with pytest.raises(Unavailable):
+                await journal.append(sid, [_entry(2)])
+        await journal.append(sid, [_entry(2)])
+        assert [e.seq for e in await journal.load(sid)] == [0, 1, 2]
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", counted)
+        await committer.aclose()
 
 
 def _message(mid: str) -> StagedMessage:
