@@ -36,6 +36,7 @@ from consumers.checkpoint_prefetch import CheckpointPrefetch
 from consumers.deadline import Deadline
 from consumers.heap_trim import HeapTrim
 from consumers.retry_policy import OwnershipLost
+from consumers.task_stop import cancel_and_wait
 from consumers.turn_runner import TurnRunner
 from core.engine.policy import MidTurnAction
 from core.errors import Unavailable
@@ -615,9 +616,8 @@ class ActorRegistry:
                 if isinstance(item, Command) and not item.result.done():
                     item.result.set_exception(Unavailable("this session moved to another process"))
                 a.mailbox.task_done()
-            if a.task is not None:
-                a.task.cancel()
-        await asyncio.gather(*(a.task for a in actors if a.task is not None), return_exceptions=True)
+        # Cancelled, and again while running on: a turn that lost its cancel (task_stop.py) would serve on.
+        await asyncio.gather(*(cancel_and_wait(a.task) for a in actors if a.task is not None))
         for a in actors:
             if self._actors.get(a.session_id) is a:
                 del self._actors[a.session_id]
@@ -665,9 +665,9 @@ class ActorRegistry:
             pending = await _drain(busy, drain_timeout_s)
             if pending:
                 log.warning("drain timeout: %d turns cancelled; they stay staged for the next owner", len(pending))
-            for t in pending:
-                t.cancel()
-        await asyncio.gather(*idle, *busy, return_exceptions=True)
+        # The turns still running cancelled, and every task again while it runs on: a turn that lost its
+        # cancel (task_stop.py) would hold up the stop.
+        await asyncio.gather(*(cancel_and_wait(t) for t in (*idle, *busy)))
         for a in actors:
             await a.runner.release()
         self._actors.clear()

@@ -26,6 +26,7 @@ from consumers.logs import configure_logging
 from consumers.nats_connect import redacted_url
 from consumers.settings import Settings
 from consumers.startup import EXIT_SETTINGS, StartupError
+from consumers.task_stop import cancel_and_wait
 from core.errors import TurnstileError
 
 STOP_BOUND_S = 30.0  # beyond the drain timeout: flushing and closing connections
@@ -272,8 +273,7 @@ async def _serve_term(service: object, stop: asyncio.Event, patient: bool, log: 
     stopping = asyncio.create_task(stop.wait())
     await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
     if not starting.done():
-        starting.cancel()
-        await asyncio.gather(starting, return_exceptions=True)
+        await cancel_and_wait(starting)  # a standby's KV request can lose one cancel (task_stop.py)
         await service.stop()
         return "stopped"
     stopping.cancel()
@@ -286,10 +286,15 @@ async def _serve_term(service: object, stop: asyncio.Event, patient: bool, log: 
         t.cancel()
     was_lost = service.lost.is_set() and not stop.is_set()
     log.info("stopping")
-    try:
-        await asyncio.wait_for(service.stop(), STOP_BOUND_S + service.settings.drain_timeout_s)
-    except TimeoutError:
-        log.warning("stopping took longer than %.0f s; going on", STOP_BOUND_S + service.settings.drain_timeout_s)
+    # Not wait_for: past the bound it cancels once and then waits as long as the stop runs on.
+    stop_bound_s = STOP_BOUND_S + service.settings.drain_timeout_s
+    stopping_service = asyncio.create_task(service.stop())
+    await asyncio.wait([stopping_service], timeout=stop_bound_s)
+    if stopping_service.done():
+        stopping_service.result()
+    else:
+        log.warning("stopping took longer than %.0f s; going on", stop_bound_s)
+        await cancel_and_wait(stopping_service)
     log.info("stopped")
     return "lost" if was_lost else "stopped"
 

@@ -127,35 +127,7 @@ async def _send(cli: Cli, platform: str, session_id: str, text: str, timeout_s: 
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         await publish_inbound(cli, nc, inbound_subject, orjson.dumps(body), msg_id, timeout_s)
-        seen: set[tuple[Any, Any]] = set()
-        ended: dict[str, Any] | None = None
-        grace_until = 0.0
-        while True:
-            remaining = (deadline if ended is None else min(deadline, grace_until)) - loop.time()
-            if remaining <= 0 and ended is None:
-                fail(f"no end of the turn within {timeout_s:g} s (is the service running with prefix "
-                     f"{cli.settings.prefix!r}?)")
-            try:
-                msg = await asyncio.wait_for(queue.get(), max(remaining, 0.001))
-            except TimeoutError:
-                if ended is None:
-                    continue
-                break
-            data = orjson.loads(msg.data)
-            if msg.subject == outbound.subject:
-                key = (data.get("turn_id"), data.get("seq"))
-                if data.get("reply_to") == msg_id and key not in seen:
-                    seen.add(key)
-                    cli.emit(data, reply_line(data))
-            elif (data.get("data") or {}).get("inbound_id") == msg_id and ended is None:
-                if data.get("type") == "message.dropped":
-                    if cli.json:
-                        cli.emit(data)
-                    detail = data["data"].get("detail")
-                    fail(f"message dropped: {data['data'].get('reason')}" + (f" ({detail})" if detail else ""))
-                if data.get("type") == "turn.ended":
-                    ended = data
-                    grace_until = loop.time() + REPLY_GRACE_S
+        ended, replied = await _follow_turn(cli, queue, outbound.subject, msg_id, deadline, timeout_s)
         await outbound.unsubscribe()
         await events.unsubscribe()
     if cli.json:
@@ -165,9 +137,47 @@ async def _send(cli: Cli, platform: str, session_id: str, text: str, timeout_s: 
         fail(f"turn failed: {ended['data'].get('error')}")
     if outcome == "aborted":
         fail("turn aborted (the session was interrupted or deleted)")
-    if not seen and not cli.json:
+    if not replied and not cli.json:
         err("(silent turn: no reply)")
     return 0
+
+
+async def _follow_turn(
+    cli: Cli, queue: asyncio.Queue[Msg], outbound_subject: str, msg_id: str, deadline: float, timeout_s: float,
+) -> tuple[dict[str, Any], bool]:
+    """Print the replies to ``msg_id`` as they arrive (``deadline``: the loop's clock) until its turn ends;
+    its ``turn.ended`` event, once replies still in flight had ``REPLY_GRACE_S``, and whether any came."""
+    loop = asyncio.get_running_loop()
+    seen: set[tuple[Any, Any]] = set()
+    ended: dict[str, Any] | None = None
+    grace_until = 0.0
+    while True:
+        remaining = (deadline if ended is None else min(deadline, grace_until)) - loop.time()
+        if remaining <= 0 and ended is None:
+            fail(f"no end of the turn within {timeout_s:g} s (is the service running with prefix "
+                 f"{cli.settings.prefix!r}?)")
+        try:
+            async with asyncio.timeout(max(remaining, 0.001)):  # not wait_for: it can lose a cancel (task_stop.py)
+                msg = await queue.get()
+        except TimeoutError:
+            if ended is None:
+                continue
+            return ended, bool(seen)
+        data = orjson.loads(msg.data)
+        if msg.subject == outbound_subject:
+            key = (data.get("turn_id"), data.get("seq"))
+            if data.get("reply_to") == msg_id and key not in seen:
+                seen.add(key)
+                cli.emit(data, reply_line(data))
+        elif (data.get("data") or {}).get("inbound_id") == msg_id and ended is None:
+            if data.get("type") == "message.dropped":
+                if cli.json:
+                    cli.emit(data)
+                detail = data["data"].get("detail")
+                fail(f"message dropped: {data['data'].get('reason')}" + (f" ({detail})" if detail else ""))
+            if data.get("type") == "turn.ended":
+                ended = data
+                grace_until = loop.time() + REPLY_GRACE_S
 
 
 def send_command(

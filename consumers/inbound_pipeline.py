@@ -30,6 +30,7 @@ from nats.aio.msg import Msg
 
 from consumers.backoff import compute_backoff_s
 from consumers.health import ServiceHealth
+from consumers.task_stop import cancel_and_wait
 from core.errors import OwnershipLost
 from core.store.inbox import SqlInbox, StagedMessage
 from schemas.wire import InboundMessage
@@ -124,7 +125,8 @@ class InboundPipeline:
         if self.room():
             return
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._changed.wait(), timeout_s)
+            async with asyncio.timeout(timeout_s):  # not wait_for: it can lose a cancel (task_stop.py)
+                await self._changed.wait()
 
     def start(self) -> None:
         self._tasks = [
@@ -152,17 +154,17 @@ class InboundPipeline:
             if not self._unacked or remaining_s <= 0:
                 return not self._unacked
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), remaining_s)
+                async with asyncio.timeout(remaining_s):  # not wait_for: it can lose a cancel (task_stop.py)
+                    await self._changed.wait()
 
     async def close(self, drain_timeout_s: float) -> None:
         """Finish what is in flight within the timeout; the rest stays unacked and is redelivered."""
         if not await self.drain(drain_timeout_s):
             log.warning("stopping with %d inbound messages unacked; JetStream redelivers them", len(self._unacked))
         self._closing = True
-        pending = [*self._recordings, *self._tasks]
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
+        # Cancelled again while running on: a cancel lost in a driver's wait (task_stop.py) left the
+        # stager waiting for new work, and this close waiting for it, for ever.
+        await asyncio.gather(*(cancel_and_wait(task) for task in [*self._recordings, *self._tasks]))
 
     # -- recording -----------------------------------------------------------------
 

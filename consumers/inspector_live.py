@@ -121,7 +121,8 @@ class LiveStream:
         last_write = time.monotonic()
         while not (self._nc.is_closed or self._nc.is_draining):
             try:
-                item = await asyncio.wait_for(self._queue.get(), timeout=WAKE_S)
+                async with asyncio.timeout(WAKE_S):  # not wait_for: it can lose a cancel (task_stop.py)
+                    item = await self._queue.get()
             except TimeoutError:
                 if time.monotonic() - last_write >= KEEPALIVE_S:
                     await response.write(b": keepalive\n\n")

@@ -285,7 +285,8 @@ class StreamAcks:
         entry = (self._next, barrier)
         self._barriers.append(entry)
         try:
-            await asyncio.wait_for(barrier, timeout_s)
+            async with asyncio.timeout(timeout_s):  # not wait_for: it can lose a cancel (task_stop.py)
+                await barrier
         except TimeoutError:
             return False
         finally:
