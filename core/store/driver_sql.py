@@ -177,6 +177,27 @@ async def send_pieces(conn: AsyncConnection, pieces: Sequence[Piece]) -> list[An
     return joined.results(row)
 
 
+async def fetch_rows(conn: AsyncConnection, sql: str, values: tuple[Any, ...]) -> Sequence[Any]:
+    """``sql``'s rows (asyncpg records: read them by position or name) fetched on ``conn``'s asyncpg connection
+    itself, past ``exec_driver_sql``'s execution context and result (as ``send_pieces``: the journal reads of
+    a reopen). Failures are raised as SQLAlchemy's (``driver_error``); a connection that failed without an
+    answer from the server is invalidated, so the pool never hands it out again."""
+    sync = conn.sync_connection
+    assert sync is not None
+    if sync._has_events or sync.engine._has_events:
+        sync.dispatch.before_cursor_execute(sync, None, sql, values, None, False)
+    raw = (await conn.get_raw_connection()).driver_connection
+    assert raw is not None
+    try:
+        rows: Sequence[Any] = await raw.fetch(sql, *values)
+    except Exception as exc:
+        error = driver_error(sql, values, exc)
+        if error.connection_invalidated:
+            await conn.invalidate()
+        raise error from exc
+    return rows
+
+
 def driver_error(sql: str, values: tuple[Any, ...], exc: Exception) -> DBAPIError:
     """asyncpg's exception as SQLAlchemy's: a constraint as ``IntegrityError``, syntax or access as
     ``ProgrammingError``, anything else the server refused as ``DatabaseError``; a connection-level failure

@@ -28,7 +28,7 @@ from core.engine.journal import EntryKind, JournalEntry
 from core.errors import Conflict, OwnershipLost, Unavailable
 from core.store.committer import GroupCommitter
 from core.store.db import create_sqlite_reader_engine, is_sqlite
-from core.store.driver_sql import Piece, driver_sql, joins_pieces, renumbered, run_rows
+from core.store.driver_sql import Piece, driver_sql, fetch_rows, joins_pieces, renumbered, run_rows
 from core.store.journal_tables import journal_entries
 from core.store.partition_epochs import WriteFence, claims_of, epochs_hold
 from core.store.session_tables import generations_table, sessions_table
@@ -157,10 +157,13 @@ class SqlHistoryJournal:
             return None
 
     async def _pool_read(self, read: _Read, values: tuple[Any, ...]) -> Sequence[Any]:
-        """``read``'s rows through the async pool; Unavailable when the read fails."""
+        """``read``'s rows (read by position) through the async pool; Unavailable when the read fails.
+        PostgreSQL: fetched on the pooled connection's asyncpg connection itself (``fetch_rows``)."""
         try:
             async with self._reads.connect() as conn:
                 sql = driver_sql(conn, read.name, read.build, read.binds)
+                if self._joins:
+                    return await fetch_rows(conn, sql, values)
                 return (await conn.exec_driver_sql(sql, values)).all()
         except DBAPIError as exc:
             raise Unavailable(f"journal read failed: {exc.orig!r}") from exc
@@ -230,9 +233,9 @@ class NewestEntries:
         self._complete = complete
 
     def entries_from(self, from_seq: int) -> list[JournalEntry] | None:
-        if not self._complete and (not self._rows or self._rows[0].seq > from_seq):
+        if not self._complete and (not self._rows or self._rows[0][_SEQ] > from_seq):
             return None
-        return _as_entries([row for row in self._rows if row.seq >= from_seq])
+        return _as_entries([row for row in self._rows if row[_SEQ] >= from_seq])
 
 
 @dataclass(frozen=True)
@@ -295,8 +298,12 @@ def _event_read(kinds: int) -> _Read:
     )
 
 
-# The columns of an appended row, in the order of the tuples ``append`` builds.
+# The columns of an appended row, in the order of the tuples ``append`` builds, and of a row read (``select`` of
+# the table: its column order, checked here); rows are read by position (``_as_entries``).
 _ROW_COLUMNS = ("session_id", "generation", "seq", "kind", "turn_id", "external_event_id", "at", "payload")
+_SEQ = _ROW_COLUMNS.index("seq")
+if tuple(c.name for c in journal_entries.columns) != _ROW_COLUMNS:
+    raise RuntimeError(f"journal_entries' columns are {[c.name for c in journal_entries.columns]}, not {_ROW_COLUMNS}")
 
 
 def _insert_sql(conn: Connection) -> str:
@@ -324,10 +331,11 @@ def _translate(session_id: str, entries: list[JournalEntry], exc: Exception) -> 
 
 
 def _as_entries(rows: Sequence[Any]) -> list[JournalEntry]:
+    """Rows of ``journal_entries`` (every column, in ``_ROW_COLUMNS`` order: SQLAlchemy's rows or asyncpg's records)."""
     return [
         JournalEntry(
-            seq=row.seq, kind=EntryKind(row.kind), turn_id=row.turn_id,
-            external_event_id=row.external_event_id, at=row.at, payload=orjson.loads(row.payload),
+            seq=row[2], kind=EntryKind(row[3]), turn_id=row[4], external_event_id=row[5], at=row[6],
+            payload=orjson.loads(row[7]),
         )
         for row in rows
     ]

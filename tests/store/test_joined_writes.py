@@ -178,3 +178,44 @@ async def test_a_staged_message_and_the_lazy_marks_queued_before_it_commit_toget
         event.remove(engine.sync_engine, "before_cursor_execute", counted)
         await committer.aclose()
     assert [await inbox.status_of("cli", m) for m in ("m0", "m1", "m2")] == [DROPPED, DONE, DONE]
+
+
+async def test_a_journal_read_on_a_connection_the_server_dropped_is_unavailable_and_never_pooled_again(
+    engine: AsyncEngine,
+) -> None:
+    # On PostgreSQL a reopen's journal reads are fetched on the pooled connection's asyncpg connection itself,
+    # past SQLAlchemy: a read that meets a connection the server dropped raises Unavailable and invalidates
+    # it, so each dead connection fails one read at most (handed out again, it would fail every read).
+    if engine.dialect.name != "postgresql":
+        pytest.skip("PostgreSQL's pooled reads (SQLite reads the journal on the loop)")
+    import asyncpg
+
+    committer = GroupCommitter(engine)
+    journal = SqlHistoryJournal(engine, committer=committer)
+    sid = f"s-{uuid.uuid4().hex[:10]}"
+    try:
+        await journal.append(sid, [_entry(0), _entry(1)])
+        assert [e.seq for e in await journal.load(sid)] == [0, 1]
+        assert [e.seq for e in (await journal.newest(sid)).entries_from(1) or []] == [1]
+        await committer.aclose()  # its kept connection back in the pool too
+        idle = engine.pool.checkedin()  # type: ignore[attr-defined]
+        assert idle >= 1
+        killer = await asyncpg.connect(engine.url.set(drivername="postgresql").render_as_string(hide_password=False))
+        try:
+            killed = await killer.fetchval(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        finally:
+            await killer.close()
+        assert killed >= idle
+        failed = 0
+        for _ in range(idle + 3):
+            try:
+                assert [e.seq for e in await journal.load(sid, from_seq=1)] == [1]
+            except Unavailable:
+                failed += 1
+        assert 1 <= failed <= idle  # every dead one failed once at most; the last reads all got live ones
+        assert [e.seq for e in await journal.load(sid)] == [0, 1]
+    finally:
+        await committer.aclose()
