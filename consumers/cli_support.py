@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 import orjson
 
 from consumers.settings import Settings
+from consumers.task_stop import cancel_and_wait
 from schemas.subjects import Subjects
 
 if TYPE_CHECKING:
@@ -153,8 +154,7 @@ async def until_stopped(work: Awaitable[T]) -> T | None:
         await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
         if task.done():
             return task.result()
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        await cancel_and_wait(task)  # again while it runs on: a cancel can be lost below us (task_stop)
         return None
     finally:
         stopper.cancel()

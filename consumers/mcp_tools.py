@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from consumers.task_stop import cancel_and_wait
 from consumers.tool_arguments import schema_check
 from core.engine.tools.custom import TOOL_NAME
 from core.engine.tools.registry import ALL_MODES, ToolDefinition, ToolOutcome
@@ -110,13 +111,12 @@ class McpToolServer:
         if self._task is None:
             return
         try:
-            await asyncio.wait_for(asyncio.shield(self._task), 10)
+            async with asyncio.timeout(10):
+                await asyncio.shield(self._task)
         except TimeoutError:
-            self._task.cancel()
+            await cancel_and_wait(self._task)  # close()'s own cancellation still ends close()
         except Exception as exc:
             log.warning("MCP server %s ended with %r", self.config.name, exc)
-        with contextlib.suppress(BaseException):
-            await self._task
 
     async def _hold(self) -> None:
         async with self._connection() as client:

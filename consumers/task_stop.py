@@ -14,7 +14,7 @@ from typing import Any
 CANCEL_AGAIN_S = 0.5  # a task still running this long after a cancel is cancelled again
 
 
-async def cancel_and_wait(task: asyncio.Task[Any]) -> None:
+async def cancel_and_wait(task: asyncio.Future[Any]) -> None:
     """Cancel ``task`` and return once it has ended, whatever its outcome (not raised: retrieved)."""
     while not task.done():
         task.cancel()

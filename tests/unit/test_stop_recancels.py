@@ -175,3 +175,19 @@ async def test_a_standby_stopped_while_it_waits_for_the_lease_stops_although_it_
     stop.set()  # SIGTERM
     await _ends(term)
     assert term.result() == "stopped" and service.stopped and service.standby.lost == 1
+
+
+async def test_a_cli_command_stopped_by_a_signal_ends_even_when_its_work_loses_the_cancel() -> None:
+    # ``until_stopped`` (``turnstile replay --follow``, ``tail``): SIGINT cancelled the work once and
+    # awaited it; work that lost that cancel (nats-py waiting for a request) ignored Ctrl-C until killed.
+    import os
+    import signal
+
+    from consumers.cli_support import until_stopped
+
+    stuck = LosesOneCancel()
+    command = asyncio.create_task(until_stopped(stuck.wait()))
+    await wait_for(stuck.waiting.is_set, what="the command's work to run")  # its signal handlers are installed
+    os.kill(os.getpid(), signal.SIGINT)
+    await _ends(command)
+    assert command.result() is None and stuck.lost == 1
