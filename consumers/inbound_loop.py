@@ -34,6 +34,7 @@ from consumers.metrics import Metrics
 from consumers.publisher import Publisher
 from consumers.settings import Settings
 from consumers.streams import ensure_streams
+from consumers.task_stop import cancel_and_wait
 from core.store.inbox import SqlInbox, StagedMessage
 from schemas.subjects import Subjects
 from schemas.wire import ErrorBody, InboundMessage
@@ -119,10 +120,13 @@ class InboundLoop:
         """
         self._stopping.set()
         if self._task is not None:
-            try:
-                await asyncio.wait_for(self._task, self._settings.fetch_timeout_s + 5)
-            except TimeoutError:
-                self._task.cancel()
+            # Not ``wait_for``: past its bound it cancels once and then waits for ever, and a cancel can be
+            # lost below us (nats-py's fetch waits with ``wait_for`` itself: ``consumers/task_stop.py``).
+            done, _ = await asyncio.wait([self._task], timeout=self._settings.fetch_timeout_s + 5)
+            if done:
+                self._task.result()  # the loop's own failure is the stop's, as before
+            else:
+                await cancel_and_wait(self._task)
         if drain_timeout_s is None:
             drain_timeout_s = self._settings.fetch_timeout_s + 5
         await self.pipeline.close(drain_timeout_s)

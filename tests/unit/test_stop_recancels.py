@@ -191,3 +191,30 @@ async def test_a_cli_command_stopped_by_a_signal_ends_even_when_its_work_loses_t
     os.kill(os.getpid(), signal.SIGINT)
     await _ends(command)
     assert command.result() is None and stuck.lost == 1
+
+
+async def test_the_inbound_loops_stop_ends_when_its_fetch_loop_loses_the_cancel_past_the_bound() -> None:
+    # InboundLoop.stop waited for the fetch loop with ``wait_for``: past the bound (fetch timeout + 5 s) it
+    # cancelled the loop once and then waited for it for ever, so a cancel lost in nats-py's fetch hung the
+    # service's stop. Now past the bound it cancels again until the loop ends.
+    from consumers.inbound_loop import InboundLoop
+    from consumers.settings import Settings
+    from schemas.subjects import Subjects
+
+    async def handoff(*_: object) -> None:
+        return None
+
+    settings = Settings(fetch_timeout_s=0.1)
+    loop = InboundLoop(None, settings, Subjects("t"), None, None, None, handoff)  # type: ignore[arg-type]
+    stuck = LosesOneCancel()
+    loop._task = asyncio.create_task(stuck.wait())
+    await wait_for(stuck.waiting.is_set, what="the fetch loop to run")
+    stop = asyncio.create_task(loop.stop(drain_timeout_s=0))
+    try:
+        await asyncio.wait([stop], timeout=settings.fetch_timeout_s + 5 + ENDS_WITHIN_S)
+        assert stop.done(), "the stop hung on a fetch loop that lost its cancel"
+        stop.result()
+        assert stuck.lost == 1 and loop._task.cancelled()
+    finally:
+        await cancel_and_wait(loop._task)
+        await cancel_and_wait(stop)
