@@ -58,7 +58,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from core.store.db import SQLITE_BUSY_TIMEOUT_MS, create_sqlite_writer_engine
@@ -324,12 +324,10 @@ class GroupCommitter:
             self._held_loop = loop
         return conn
 
-    async def _drop_held(self, *, invalidate: bool = False) -> None:
+    async def _drop_held(self) -> None:
         conn, self._held = self._held, None
         if conn is not None:
             try:
-                if invalidate:
-                    await conn.invalidate()
                 await conn.close()
             except Exception as exc:  # already broken: the pool discards it
                 log.debug("closing the writer's PostgreSQL connection failed: %r", exc)
@@ -344,11 +342,9 @@ class GroupCommitter:
         if not joinable(built):
             return None
         try:
-            results = await send_pieces(conn, built)
-        except BaseException as exc:
-            # Sent past SQLAlchemy, a dead connection is not invalidated for us: never give it back to the pool.
-            refused = isinstance(exc, DBAPIError) and not exc.connection_invalidated  # the server answered
-            await self._drop_held(invalidate=not refused)
+            results = await send_pieces(conn, built)  # a connection left in doubt is invalidated there
+        except BaseException:
+            await self._drop_held()
             raise
         self.transactions += 1
         self.operations += len(pieces)

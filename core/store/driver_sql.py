@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -160,28 +160,28 @@ async def send_pieces(conn: AsyncConnection, pieces: Sequence[Piece]) -> list[An
     Through ``exec_driver_sql`` the same statement costs a greenlet switch, SQLAlchemy's execution context,
     its adapter's prepared-statement cache and a result object: ~290 µs of client CPU a statement against
     ~140 µs sent here (measured 2026-12-06, one-row insert, autocommit, 6 × 2,000 alternated), on the serial
-    path of every message. What SQLAlchemy would do around it is kept: ``before_cursor_execute`` listeners
-    see the statement, and a failure is raised as SQLAlchemy's (``IntegrityError`` for a constraint, as
-    its asyncpg dialect translates it), so callers read the same errors either way."""
-    sync = conn.sync_connection
-    assert sync is not None
+    path of every message. What SQLAlchemy would do around it is kept (``_on_driver``)."""
     joined = Joined.of(pieces)
-    if sync._has_events or sync.engine._has_events:
-        sync.dispatch.before_cursor_execute(sync, None, joined.sql, joined.values, None, False)
-    raw = (await conn.get_raw_connection()).driver_connection
-    assert raw is not None
-    try:
-        row = await raw.fetchrow(joined.sql, *joined.values)
-    except Exception as exc:
-        raise driver_error(joined.sql, joined.values, exc) from exc
+    row = await _on_driver(conn, joined.sql, joined.values, lambda raw: raw.fetchrow(joined.sql, *joined.values))
     return joined.results(row)
 
 
 async def fetch_rows(conn: AsyncConnection, sql: str, values: tuple[Any, ...]) -> Sequence[Any]:
     """``sql``'s rows (asyncpg records: read them by position or name) fetched on ``conn``'s asyncpg connection
     itself, past ``exec_driver_sql``'s execution context and result (as ``send_pieces``: the journal reads of
-    a reopen). Failures are raised as SQLAlchemy's (``driver_error``); a connection that failed without an
-    answer from the server is invalidated, so the pool never hands it out again."""
+    a reopen)."""
+    rows: Sequence[Any] = await _on_driver(conn, sql, values, lambda raw: raw.fetch(sql, *values))
+    return rows
+
+
+async def _on_driver(
+    conn: AsyncConnection, sql: str, values: tuple[Any, ...], call: Callable[[Any], Awaitable[Any]],
+) -> Any:
+    """``call(asyncpg connection)`` for ``sql``, with what SQLAlchemy would do around it: ``before_cursor_execute``
+    listeners see the statement; a failure is raised as SQLAlchemy's (``driver_error``: ``IntegrityError`` for a
+    constraint, as its asyncpg dialect translates it), so callers read the same errors either way; and a
+    connection left in doubt (no answer from the server, or the call interrupted) is invalidated, so its pool
+    never hands it out again (SQLAlchemy does that for its own statements; past it, nothing would)."""
     sync = conn.sync_connection
     assert sync is not None
     if sync._has_events or sync.engine._has_events:
@@ -189,13 +189,14 @@ async def fetch_rows(conn: AsyncConnection, sql: str, values: tuple[Any, ...]) -
     raw = (await conn.get_raw_connection()).driver_connection
     assert raw is not None
     try:
-        rows: Sequence[Any] = await raw.fetch(sql, *values)
-    except Exception as exc:
-        error = driver_error(sql, values, exc)
-        if error.connection_invalidated:
+        return await call(raw)
+    except BaseException as exc:
+        error = driver_error(sql, values, exc) if isinstance(exc, Exception) else None
+        if error is None or error.connection_invalidated:
             await conn.invalidate()
+        if error is None:
+            raise
         raise error from exc
-    return rows
 
 
 def driver_error(sql: str, values: tuple[Any, ...], exc: Exception) -> DBAPIError:

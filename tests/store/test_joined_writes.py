@@ -31,6 +31,23 @@ def _entry(seq: int) -> JournalEntry:
     return JournalEntry(seq=seq, kind=EntryKind.NOTICE, at="2025-01-01T00:00:00+00:00", payload={"n": seq})
 
 
+class Seen:
+    """The statements ``engine``'s connections run between ``listen`` and ``remove`` (``before_cursor_execute``)."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self.statements: list[str] = []
+
+    def __call__(self, _conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        self.statements.append(statement)
+
+    def listen(self) -> None:
+        event.listen(self._engine.sync_engine, "before_cursor_execute", self)
+
+    def remove(self) -> None:
+        event.remove(self._engine.sync_engine, "before_cursor_execute", self)
+
+
 async def _status(engine: AsyncEngine, session_id: str) -> str | None:
     async with engine.connect() as conn:
         row = (await conn.execute(select(sessions_table.c.status).where(sessions_table.c.id == session_id))).first()
@@ -41,10 +58,8 @@ async def test_an_answer_and_the_lazy_record_write_before_it_commit_together_and
     engine: AsyncEngine,
 ) -> None:
     postgres = engine.dialect.name == "postgresql"
-    statements: list[str] = []
-
-    def counted(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-        statements.append(statement)
+    seen = Seen(engine)
+    statements = seen.statements
 
     heard: list[str] = []
     listener: Any = None
@@ -60,7 +75,7 @@ async def test_an_answer_and_the_lazy_record_write_before_it_commit_together_and
     record = SessionRecord(id=sid, created_at=1.0, updated_at=2.0, status="running")
     await repository.apply(StoreChange(sessions=(record,)))
     await journal.append(sid, [_entry(0)])
-    event.listen(engine.sync_engine, "before_cursor_execute", counted)
+    seen.listen()
     try:
         # The turn_started upsert waits for company (lazy); the answer's append joins its batch.
         await asyncio.gather(
@@ -92,7 +107,7 @@ async def test_an_answer_and_the_lazy_record_write_before_it_commit_together_and
             assert statements[0].startswith("WITH ")  # it was tried joined first
             await wait_for(lambda: heard, what="the retried record's notification")
     finally:
-        event.remove(engine.sync_engine, "before_cursor_execute", counted)
+        seen.remove()
         await committer.aclose()
         if listener is not None:
             await listener.close()
@@ -106,15 +121,13 @@ async def test_a_lone_append_sent_as_its_piece_is_seen_counted_and_fails_as_sqla
     # SQLAlchemy: listeners still see it, a taken seq is still a Conflict (IntegrityError), and a connection
     # the server dropped is still Unavailable (a DBAPIError), with the next append on a new connection.
     postgres = engine.dialect.name == "postgresql"
-    statements: list[str] = []
-
-    def counted(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-        statements.append(statement)
+    seen = Seen(engine)
+    statements = seen.statements
 
     committer = GroupCommitter(engine)
     journal = SqlHistoryJournal(engine, committer=committer)
     sid = f"s-{uuid.uuid4().hex[:10]}"
-    event.listen(engine.sync_engine, "before_cursor_execute", counted)
+    seen.listen()
     try:
         await journal.append(sid, [_entry(0)])
         if postgres:  # (SQLite's writer has an engine of its own)
@@ -134,7 +147,7 @@ async def test_a_lone_append_sent_as_its_piece_is_seen_counted_and_fails_as_sqla
         await journal.append(sid, [_entry(2)])
         assert [e.seq for e in await journal.load(sid)] == [0, 1, 2]
     finally:
-        event.remove(engine.sync_engine, "before_cursor_execute", counted)
+        seen.remove()
         await committer.aclose()
 
 
@@ -146,16 +159,14 @@ async def test_a_staged_message_and_the_lazy_marks_queued_before_it_commit_toget
     """The previous messages' done marks wait for company (lazy) and ride on the next staging: on
     PostgreSQL as ONE statement, which still answers which messages were new."""
     postgres = engine.dialect.name == "postgresql"
-    statements: list[str] = []
-
-    def counted(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-        statements.append(statement)
+    seen = Seen(engine)
+    statements = seen.statements
 
     committer = GroupCommitter(engine)
     inbox = SqlInbox(engine, committer)
     first, other, second = _message("m1"), _message("m0"), _message("m2")
     assert await inbox.stage([other, first]) == [True, True]
-    event.listen(engine.sync_engine, "before_cursor_execute", counted)
+    seen.listen()
     try:
         inbox.mark(other, DROPPED)
         inbox.mark(first, DONE)
@@ -175,7 +186,7 @@ async def test_a_staged_message_and_the_lazy_marks_queued_before_it_commit_toget
         if postgres:
             assert len(statements) == 1 and statements[0].startswith("WITH ")
     finally:
-        event.remove(engine.sync_engine, "before_cursor_execute", counted)
+        seen.remove()
         await committer.aclose()
     assert [await inbox.status_of("cli", m) for m in ("m0", "m1", "m2")] == [DROPPED, DONE, DONE]
 
