@@ -28,7 +28,8 @@ session back (turnstile pipelines them too).
 ``--engine`` (worker ``floor+engine``) adds turnstile's turn engine (bench/floor_engine.py): its journal
 entries are the rows committed, its complete snapshots the checkpoints published (instead of the
 shape's size in ``x``), its answer the reply's text; the process then runs with the service's garbage
-collector and allocator settings (``tune_gc``, ``tune_malloc``), as ``turnstile run`` does.
+collector and allocator settings (``tune_gc``, the idle collections of ``consumers/idle_gc.py``,
+``tune_malloc``), as ``turnstile run`` does.
 
 Run as a child process: ``python -m bench.floor --nats-url … --prefix … --shape JSON (--db PATH | --pg-url URL) [--engine]``.
 """
@@ -57,6 +58,7 @@ from bench.floor_store import FloorStore, PgStore, SqliteStore
 from bench.shape import EventIds, PublishShape, Spreader, payload_size
 from bench.worker_link import open_worker
 from consumers.cli import tune_gc
+from consumers.idle_gc import idle_collecting_loop
 from consumers.malloc_tuning import tune_malloc
 from consumers.nats_flush import flush
 from consumers.settings import Settings
@@ -301,7 +303,9 @@ def main() -> None:
     args = parser.parse_args()
     shape = PublishShape.from_dict(orjson.loads(args.shape))
     started = time.monotonic()
-    asyncio.run(run(args.nats_url, args.prefix, shape, args.db, args.max_s, args.engine, args.pg_url))
+    idle_threshold = Settings().gc_idle_threshold if args.engine else 0
+    with asyncio.Runner(loop_factory=lambda: idle_collecting_loop(idle_threshold)) as runner:
+        runner.run(run(args.nats_url, args.prefix, shape, args.db, args.max_s, args.engine, args.pg_url))
     print(f"floor stopped after {time.monotonic() - started:.1f}s", flush=True)
 
 

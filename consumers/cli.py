@@ -105,8 +105,11 @@ def options(
 @app.command("run")
 def run_command(ctx: typer.Context) -> None:
     """Run the service in the foreground (settings from the TURNSTILE_* variables and the options above)."""
+    from consumers.idle_gc import idle_collecting_loop
+
     cli: Cli = ctx.obj
-    raise typer.Exit(asyncio.run(_run(cli.settings)))
+    with asyncio.Runner(loop_factory=lambda: idle_collecting_loop(cli.settings.gc_idle_threshold)) as runner:
+        raise typer.Exit(runner.run(_run(cli.settings)))
 
 
 @app.command("migrate")

@@ -137,6 +137,12 @@ class Settings(BaseSettings):
         "generations are collected as rarely whatever it is (CPython's default 700 costs ~40% more CPU per "
         "message with many sessions; 50000 stops the event loop ~25-35 ms per collection; 0 keeps the default)",
     )
+    gc_idle_threshold: int = Field(
+        300, ge=0,
+        description="in a served process, once this many allocations have accumulated and the event loop has had "
+        "nothing to do for 3 ms, a garbage collection runs then, by CPython's own choice of generation, so that "
+        "TURNSTILE_GC_THRESHOLD's collections rarely land inside a message (0: never collect when idle)",
+    )
     malloc_mmap_threshold: int = Field(
         4 * 1024 * 1024, ge=0, le=32 * 1024 * 1024,
         description="bytes from which glibc gives an allocation a mapping of its own, fixed in a served process "
