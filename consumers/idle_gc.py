@@ -6,9 +6,9 @@ objects (measured at 10,000 sessions: 10-30 ms), and the message in progress wai
 
 ``IdleCollectingSelector`` is the served event loop's selector. When the loop is about to block,
 at least ``TURNSTILE_GC_IDLE_THRESHOLD`` allocations have accumulated, and nothing becomes ready
-for ``IDLE_QUIET_S`` (the loop is between messages, not inside a commit or a publish's ack), it
-runs one collection, then waits for what is left of the loop's timeout. Under a backlog the loop
-never blocks, and the threshold collects as before.
+for ``IDLE_QUIET_S`` (in practice between messages: a commit or a publish's ack inside one
+rarely takes that long), it runs one collection, then waits for what is left of the loop's
+timeout. Under a backlog the loop never blocks, and the threshold collects as before.
 
 The collection goes through CPython's automatic path (``collect_as_automatic``), not
 ``gc.collect(0)``: CPython collects the middle and old generations only from that path, choosing
