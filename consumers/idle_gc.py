@@ -40,21 +40,19 @@ def collect_as_automatic() -> bool:
     """Run the collection CPython would run at its next automatic trigger; True when one ran.
 
     The young threshold is lowered to 1 for two allocations, so the interpreter's own allocation
-    check collects, choosing the generation by its own rule; then the threshold is put back.
+    check collects, choosing the generation by its own rule; then the threshold is put back. A
+    collection resets the young count, so without one it is two higher than before.
     """
-    ran = _collections()
+    before = gc.get_count()[0]
     young, middle, old = gc.get_threshold()
     gc.set_threshold(1, middle, old)
     try:
         pair = (_Allocation(), _Allocation())
+        collected = gc.get_count()[0] < before + len(pair)
     finally:
         gc.set_threshold(young, middle, old)
     del pair
-    return _collections() != ran
-
-
-def _collections() -> int:
-    return sum(generation["collections"] for generation in gc.get_stats())
+    return collected
 
 
 class IdleCollectingSelector(selectors.DefaultSelector):

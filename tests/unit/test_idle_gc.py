@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import selectors
+import socket
 import time
 import weakref
 from collections.abc import Iterator
@@ -105,7 +106,7 @@ def test_promoted_cyclic_garbage_is_collected_by_idle_collections_alone(collecti
 
 def test_a_busy_loop_a_small_young_generation_and_zero_never_collect(collections: list[int]) -> None:
     busy, small, off = IdleCollectingSelector(200), IdleCollectingSelector(10**9), IdleCollectingSelector(0)
-    reader, writer = __import__("socket").socketpair()
+    reader, writer = socket.socketpair()
     try:
         kept = _allocate(1_000)
         busy.select(0)  # callbacks are ready: the loop polls without waiting
