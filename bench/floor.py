@@ -58,7 +58,7 @@ from bench.floor_store import FloorStore, PgStore, SqliteStore
 from bench.shape import EventIds, PublishShape, Spreader, payload_size
 from bench.worker_link import open_worker
 from consumers.cli import tune_gc
-from consumers.idle_gc import idle_collecting_loop
+from consumers.idle_gc import run_collecting_when_idle
 from consumers.malloc_tuning import tune_malloc
 from consumers.nats_flush import flush
 from consumers.settings import Settings
@@ -304,8 +304,7 @@ def main() -> None:
     shape = PublishShape.from_dict(orjson.loads(args.shape))
     started = time.monotonic()
     idle_threshold = Settings().gc_idle_threshold if args.engine else 0
-    with asyncio.Runner(loop_factory=lambda: idle_collecting_loop(idle_threshold)) as runner:
-        runner.run(run(args.nats_url, args.prefix, shape, args.db, args.max_s, args.engine, args.pg_url))
+    run_collecting_when_idle(run(args.nats_url, args.prefix, shape, args.db, args.max_s, args.engine, args.pg_url), idle_threshold)
     print(f"floor stopped after {time.monotonic() - started:.1f}s", flush=True)
 
 

@@ -105,11 +105,10 @@ def options(
 @app.command("run")
 def run_command(ctx: typer.Context) -> None:
     """Run the service in the foreground (settings from the TURNSTILE_* variables and the options above)."""
-    from consumers.idle_gc import idle_collecting_loop
+    from consumers.idle_gc import run_collecting_when_idle
 
     cli: Cli = ctx.obj
-    with asyncio.Runner(loop_factory=lambda: idle_collecting_loop(cli.settings.gc_idle_threshold)) as runner:
-        raise typer.Exit(runner.run(_run(cli.settings)))
+    raise typer.Exit(run_collecting_when_idle(_run(cli.settings), cli.settings.gc_idle_threshold))
 
 
 @app.command("migrate")

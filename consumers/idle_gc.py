@@ -25,6 +25,10 @@ import gc
 import logging
 import selectors
 import time
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 IDLE_QUIET_S = 0.003  # nothing ready for this long: the loop is between messages
 IDLE_MIN_WAIT_S = 2 * IDLE_QUIET_S  # a loop that would wait less is busy: a timer is about to fire
@@ -95,3 +99,9 @@ def idle_collecting_loop(min_young: int) -> asyncio.AbstractEventLoop:
         log.warning("idle garbage collections are off: this interpreter defers its automatic collections")
         min_young = 0
     return asyncio.SelectorEventLoop(IdleCollectingSelector(min_young))
+
+
+def run_collecting_when_idle(main: Coroutine[Any, Any, T], min_young: int) -> T:
+    """``asyncio.run(main)`` on an ``idle_collecting_loop(min_young)``."""
+    with asyncio.Runner(loop_factory=lambda: idle_collecting_loop(min_young)) as runner:
+        return runner.run(main)
