@@ -76,8 +76,9 @@ def committed_runs(repo: Path = ROOT, path: str = COMMITTED) -> list[dict[str, A
     runs = []
     for commit in log:
         shown = subprocess.run(["git", "-C", str(repo), "show", f"{commit}:{path}"], capture_output=True)
-        if shown.returncode == 0:  # a commit that deleted the file
-            runs.append(orjson.loads(shown.stdout))
+        if shown.returncode != 0:  # a commit that deleted the file: no version to read
+            continue
+        runs.append(orjson.loads(shown.stdout))
     return runs
 
 
