@@ -40,6 +40,21 @@ def event_payload(record: SessionRecord, extra: JsonObject | None = None) -> Jso
     return payload
 
 
+# At most this many records are written in one round (one store change).
+MAX_ROUND = 256
+
+
+@dataclass
+class _Behind:
+    """A record queued to be written behind, its waiters' future, whether it may wait for company,
+    and the ``session.updated`` changes to announce once it landed."""
+
+    record: SessionRecord
+    done: asyncio.Future[None]
+    lazy: bool
+    whys: list[str] = field(default_factory=list)
+
+
 class SessionWriter:
     """Serialises writes, keeps repository and table in step, and emits session events."""
 
@@ -57,10 +72,15 @@ class SessionWriter:
         self._lock = asyncio.Lock()
         self._outbox: list[tuple[str, SessionEventType, JsonObject]] = []
         self._deleting: dict[str, asyncio.Event] = {}
-        # Per session: its running write task, and the record queued for it (with its waiters' future,
-        # whether the write may wait for company, and the ``session.updated`` changes to announce).
-        self._behind: dict[str, asyncio.Future[None]] = {}
-        self._queued: dict[str, tuple[SessionRecord, asyncio.Future[None], bool, list[str]]] = {}
+        # Written behind (``apply_behind``): per session, the record queued (with its waiters' future,
+        # whether the write may wait for company, and the ``session.updated`` changes to announce);
+        # the round of records being written now; the one task writing rounds; a future that
+        # settles when the round being written ends (``settle_behind`` waits on it).
+        self._queued: dict[str, _Behind] = {}
+        self._writing: dict[str, _Behind] = {}
+        self._writing_lazy = False
+        self._rounds: asyncio.Task[None] | None = None
+        self._round_over: asyncio.Future[None] | None = None
 
     def now(self) -> float:
         """The service clock, epoch seconds."""
@@ -98,19 +118,22 @@ class SessionWriter:
     def apply_behind(self, record: SessionRecord, *, lazy: bool = False) -> asyncio.Future[None]:
         """Install one record now and write it without holding the writer lock across the I/O.
 
-        For turn bookkeeping, which changes a single existing record: many sessions' writes
-        can then share one group transaction instead of queueing behind one lock. Each session
-        has at most one write task (``_write_queued``), which writes the newest record it holds
-        until none is left: a record queued behind another write replaces the one waiting there
-        (it is the full, newer record, so the older one need not be written), and every caller
-        whose record was written or replaced shares the returned future, which settles when the
-        write carrying its change landed (or failed). This keeps one task per session instead of
-        one per write. Every structural ``apply`` first waits for these tasks, so a deletion can
-        never be overtaken by an older update.
+        For turn bookkeeping and new roots, which change a single record: the writes of every
+        session queued at once go out together. One task (``_write_rounds``) writes rounds: it
+        takes every queued record and writes them as ONE store change (one group-commit
+        operation, one ``executemany`` per statement), then announces each and settles its
+        waiters; records queued meanwhile make the next round. A session's record queued while
+        another of its records waits replaces it (it is the full, newer record, so the older one
+        need not be written), and every caller whose record was written or replaced shares the
+        returned future, which settles when the write carrying its change landed (or failed). A
+        session is in at most one round at a time, so its writes land in order; every structural
+        ``apply`` first waits until its records' queued writes landed, so a deletion can never be
+        overtaken by an older update.
 
         ``lazy`` (turn bookkeeping): the write may wait briefly to share the store's next
-        transaction (``SessionRepository.apply(..., lazy=True)``); a record queued by a caller
-        that is not lazy (a creation awaiting its write) makes the queued write eager.
+        transaction (``SessionRepository.apply(..., lazy=True)``); a round holding any record
+        queued by a caller that is not lazy (a creation awaiting its write) is eager, and such a
+        record queued while a lazy round waits for company hurries it.
         """
         if not self._lock.locked():
             raise RuntimeError("SessionWriter.apply_behind outside mutation()")
@@ -123,18 +146,18 @@ class SessionWriter:
         session_id = held.id
         queued = self._queued.get(session_id)
         if queued is None:
-            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            whys: list[str] = []
+            queued = self._queued[session_id] = _Behind(held, asyncio.get_running_loop().create_future(), lazy)
         else:
-            done, whys = queued[1], queued[3]
+            queued.record = held
+            queued.lazy = queued.lazy and lazy
         if why is not None:
-            whys.append(why)
-        self._queued[session_id] = (held, done, lazy and (queued is None or queued[2]), whys)
-        if session_id not in self._behind:
-            self._behind[session_id] = asyncio.ensure_future(self._write_queued(session_id))
-        elif not lazy:
-            self._repository.hurry()  # the session's write in flight may be a lazy one: do not wait behind it
-        return done
+            queued.whys.append(why)
+        if self._rounds is None:
+            self._round_over = asyncio.get_running_loop().create_future()
+            self._rounds = asyncio.ensure_future(self._write_rounds())
+        elif not lazy and self._writing_lazy:
+            self._repository.hurry()  # the round being written waits for company: not behind it
+        return queued.done
 
     def change_behind(
         self, session_id: str, change: Callable[[SessionRecord], SessionRecord], why: str, *, lazy: bool = False
@@ -164,51 +187,85 @@ class SessionWriter:
             written = self._put_behind(change(record), lazy, why)
         await asyncio.shield(written)  # shared with other callers: a cancelled waiter leaves it be
 
-    async def _write_queued(self, session_id: str) -> None:
-        """The session's write task: write the queued record until no newer one waits, announcing each."""
-        done: asyncio.Future[None] | None = None
+    async def _write_rounds(self) -> None:
+        """The write-behind task: write rounds of queued records until none is left."""
         try:
-            while (queued := self._queued.pop(session_id, None)) is not None:
-                record, done, lazy, whys = queued
-                failure: Exception | None = None
-                try:
-                    await self._repository.apply(StoreChange(sessions=(record,)), lazy=lazy)
-                except Exception as exc:
-                    # The next write of the session carries the full record anyway.
-                    log.warning("writing session %s failed: %r", session_id, exc)
-                    failure = exc
-                for why in whys:
-                    current = self.table.get(session_id)
-                    if current is not None:
-                        await self.emit(session_id, "session.updated", event_payload(current, {"change": why}))
-                if done.done():
-                    continue
-                if failure is not None:
-                    done.set_exception(failure)
-                    done.exception()  # logged above: not an "exception never retrieved"
+            while self._queued:
+                if len(self._queued) <= MAX_ROUND:
+                    self._writing, self._queued = self._queued, {}
                 else:
-                    done.set_result(None)
+                    self._writing = {sid: self._queued.pop(sid) for sid in list(self._queued)[:MAX_ROUND]}
+                self._writing_lazy = all(b.lazy for b in self._writing.values())
+                failures = await self._write_round(self._writing, self._writing_lazy)
+                self._writing_lazy = False
+                # Announced before the round is over: a deletion waiting for it follows its events.
+                for session_id, behind in self._writing.items():
+                    for why in behind.whys:
+                        current = self.table.get(session_id)
+                        if current is not None:
+                            await self.emit(session_id, "session.updated", event_payload(current, {"change": why}))
+                    failure = failures.get(session_id)
+                    if behind.done.done():
+                        continue
+                    if failure is not None:
+                        behind.done.set_exception(failure)
+                        behind.done.exception()  # logged: not an "exception never retrieved"
+                    else:
+                        behind.done.set_result(None)
+                self._writing = {}
+                self._next_round()
         finally:
-            del self._behind[session_id]
+            self._rounds = None
             # Only on cancellation can anything be left unsettled: release its waiters.
-            if done is not None and not done.done():
-                done.cancel()
-            left = self._queued.pop(session_id, None)
-            if left is not None:
-                left[1].cancel()
+            for behind in (*self._writing.values(), *self._queued.values()):
+                if not behind.done.done():
+                    behind.done.cancel()
+            self._writing, self._queued = {}, {}
+            self._next_round()
+            self._round_over = None
+
+    async def _write_round(self, round_: dict[str, _Behind], lazy: bool) -> dict[str, Exception]:
+        """Write one round's records in one store change; if that fails, each alone. Returns the failures."""
+        records = tuple(b.record for b in round_.values())
+        try:
+            await self._repository.apply(StoreChange(sessions=records), lazy=lazy)
+            return {}
+        except Exception as exc:
+            if len(records) == 1:
+                log.warning("writing session %s failed: %r", records[0].id, exc)
+                return {records[0].id: exc}
+        failures: dict[str, Exception] = {}
+        for record in records:  # one bad record does not fail its neighbours
+            try:
+                await self._repository.apply(StoreChange(sessions=(record,)))
+            except Exception as exc:
+                # The next write of the session carries the full record anyway.
+                log.warning("writing session %s failed: %r", record.id, exc)
+                failures[record.id] = exc
+        return failures
+
+    def _next_round(self) -> None:
+        """The round being written is over: wake ``settle_behind``'s waiters."""
+        over = self._round_over
+        if over is not None and not over.done():
+            over.set_result(None)
+        if self._rounds is not None:
+            self._round_over = asyncio.get_running_loop().create_future()
 
     async def settle_behind(self, session_ids: set[str] | None = None) -> None:
         """Wait until the writes started by ``apply_behind`` (of ``session_ids``, default all) landed."""
         while True:
-            pending = [t for sid, t in self._behind.items() if session_ids is None or sid in session_ids]
-            if not pending:
+            pending = [
+                b for sid, b in (*self._writing.items(), *self._queued.items())
+                if session_ids is None or sid in session_ids
+            ]
+            if not pending or self._round_over is None:
                 return
-            # Someone waits for these: a lazy write among them need not wait for company.
-            for sid, (record, done, _lazy, whys) in list(self._queued.items()):
-                if session_ids is None or sid in session_ids:
-                    self._queued[sid] = (record, done, False, whys)
+            # Someone waits for these: none of them waits for company any more.
+            for behind in pending:
+                behind.lazy = False
             self._repository.hurry()
-            await asyncio.gather(*pending, return_exceptions=True)
+            await asyncio.shield(self._round_over)
 
     def queue(self, session_id: str, event_type: SessionEventType, payload: JsonObject) -> None:
         """Queue an event whose payload is already built (e.g. of a record just removed)."""

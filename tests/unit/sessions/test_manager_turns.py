@@ -10,7 +10,7 @@ import pytest
 from core.errors import InvalidInput
 from core.sessions.manager import SessionManager
 from core.sessions.ports import StoreChange
-from core.sessions.records import LastTurn, TokenUsage
+from core.sessions.records import JsonObject, LastTurn, TokenUsage
 from tests.fakes.session_repo import InMemorySessionRepository, RecordingEventSink
 
 from .conftest import FakeClock, ManagerFactory, new_id
@@ -281,3 +281,98 @@ async def test_bookkeeping_behind_waits_for_a_mutation_holding_the_writer_lock(
     stored = repo.sessions[record.id]
     assert stored.status == "completed" and stored.last_reply_at == 30.0 and stored.tokens == TokenUsage(2, 3)
     assert ("turn_ended", record.id) in [(e.payload.get("change"), e.session_id) for e in sink.events]
+
+
+async def holding_writes(repo: InMemorySessionRepository) -> asyncio.Event:
+    """Hold every write at the repository's gate; the returned event is set once one is held there."""
+    held = asyncio.Event()
+    repo.gate = asyncio.Event()
+    write = repo.apply
+
+    async def noted(change: StoreChange, *, lazy: bool = False) -> None:
+        held.set()
+        await write(change, lazy=lazy)
+
+    repo.apply = noted  # type: ignore[method-assign]
+    return held
+
+
+@pytest.mark.rule("SM-16", "SM-32")
+async def test_bookkeeping_of_many_sessions_queued_during_a_write_lands_in_one_store_change(
+    manager: SessionManager, repo: InMemorySessionRepository, sink: RecordingEventSink
+) -> None:
+    # SM-16, SM-32: records queued while a write is in flight go out together in the next round;
+    # each change is still stored before its call returns and is announced once.
+    records = [await manager.create_session({"status": "waiting"}) for _ in range(21)]
+    sink.clear()
+    before = len(repo.applied)
+    in_flight = await holding_writes(repo)
+    first = manager.turn_started_behind(records[0].id)
+    await asyncio.wait_for(in_flight.wait(), 5)
+    rest = [manager.turn_started_behind(r.id) for r in records[1:]]
+    assert repo.gate is not None
+    assert first is not None and all(w is not None for w in rest)
+    repo.gate.set()
+    await asyncio.gather(first, *rest)  # type: ignore[arg-type]
+    rounds = [sorted(r.id for r in change.sessions) for change in repo.applied[before:]]
+    assert rounds == [[records[0].id], sorted(r.id for r in records[1:])]
+    assert all(repo.sessions[r.id].status == "active" for r in records)
+    assert sorted((e.session_id, e.payload["change"]) for e in sink.events) == sorted(
+        (r.id, "turn_started") for r in records
+    )
+
+
+@pytest.mark.rule("SM-16")
+async def test_one_record_that_fails_to_write_does_not_fail_its_round(
+    manager: SessionManager, repo: InMemorySessionRepository, caplog: pytest.LogCaptureFixture
+) -> None:
+    # SM-16: a round that fails is written again record by record, so only the bad record's
+    # write fails (its caller is warned; the next write of the session carries it).
+    good, bad, other = [await manager.create_session({"status": "waiting"}) for _ in range(3)]
+    in_flight = await holding_writes(repo)
+    write = repo.apply
+
+    async def refusing_bad(change: StoreChange, *, lazy: bool = False) -> None:
+        if any(r.id == bad.id for r in change.sessions):
+            raise RuntimeError("constraint failed")
+        await write(change, lazy=lazy)
+
+    repo.apply = refusing_bad  # type: ignore[method-assign]
+    held = manager.turn_started_behind(good.id)  # in flight at the gate: the others make the next round
+    await asyncio.wait_for(in_flight.wait(), 5)
+    assert repo.gate is not None
+    calls = [asyncio.ensure_future(manager.turn_started(r.id)) for r in (bad, other)]
+    repo.gate.set()
+    with caplog.at_level(logging.WARNING):
+        await asyncio.gather(held, *calls)  # type: ignore[arg-type]
+    assert repo.sessions[good.id].status == "active" and repo.sessions[other.id].status == "active"
+    assert repo.sessions[bad.id].status == "waiting"
+    assert any(bad.id in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+    assert not any(other.id in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+
+
+@pytest.mark.rule("SM-21", "SM-32")
+async def test_a_deletion_follows_the_events_of_the_round_that_wrote_its_session(
+    manager: SessionManager, repo: InMemorySessionRepository, sink: RecordingEventSink
+) -> None:
+    # SM-21, SM-32: a deletion that starts while a round is being announced waits for the round,
+    # so no session.updated of its session follows its session.deleted.
+    records = [await manager.create_session({"status": "waiting"}) for _ in range(3)]
+    sink.clear()
+    first, last = records[0].id, records[-1].id  # announced first and last in their round
+    emit = sink.emit
+    deletions: list[asyncio.Future[None]] = []
+
+    async def yielding(session_id: str, event_type: str, payload: JsonObject) -> None:
+        if session_id == first and event_type == "session.updated":  # the round is written
+            deletions.append(asyncio.ensure_future(manager.delete_session(last)))
+        await asyncio.sleep(0)  # a real sink awaits the connection
+        await emit(session_id, event_type, payload)
+
+    sink.emit = yielding  # type: ignore[method-assign]
+    written = [manager.turn_started_behind(r.id) for r in records]  # one round
+    await asyncio.gather(*written)  # type: ignore[arg-type]
+    assert len(deletions) == 1
+    await deletions[0]
+    assert [e.event_type for e in sink.events if e.session_id == last] == ["session.updated", "session.deleted"]
+    assert last not in repo.sessions
