@@ -14,7 +14,10 @@ question: which of the service shell's costs the guarantees ask for).
 - ``marks``: a finished message is not marked ``done`` in the inbox (its row stays ``staged``: a
   restart would serve it again; MQ-1's exactly-once delivery);
 - ``ks14``: the look-up of an earlier answer to the message's external event is skipped (KS-14: a
-  redelivered or replayed message would be answered twice).
+  redelivered or replayed message would be answered twice);
+- ``record-events`` (a part of ``records``, not in the ``turnstile-off`` row): the records are written
+  as before, only their ``session.updated`` events of a turn's start and end are not sent (SM-32):
+  it tells the events' share of ``records`` from the writes'.
 """
 
 from __future__ import annotations
@@ -23,8 +26,8 @@ import asyncio
 import sys
 from typing import Any
 
-PARTS = ("metrics", "records", "marks", "ks14")
-ALL = ",".join(PARTS)
+PARTS = ("metrics", "records", "marks", "ks14", "record-events")
+ALL = "metrics,records,marks,ks14"  # the turnstile-off row; record-events is a part of records
 
 
 def ablate(parts: str) -> list[str]:
@@ -63,6 +66,19 @@ def _records() -> None:
     SessionManager.turn_ended_behind = none  # type: ignore[method-assign]
 
 
+def _record_events() -> None:
+    from consumers.manager_adapters import ManagerEvents
+
+    emit = ManagerEvents.emit
+
+    async def quiet(self: Any, session_id: str, event_type: str, payload: Any) -> None:
+        if event_type == "session.updated" and payload.get("change") in ("turn_started", "turn_ended"):
+            return None
+        await emit(self, session_id, event_type, payload)
+
+    ManagerEvents.emit = quiet  # type: ignore[method-assign]
+
+
 def _marks() -> None:
     from core.store.inbox import SqlInbox
 
@@ -81,7 +97,9 @@ def _ks14() -> None:
     SessionView.lookup_external_event = none  # type: ignore[assignment,method-assign]
 
 
-_SWITCHES = {"metrics": _metrics, "records": _records, "marks": _marks, "ks14": _ks14}
+_SWITCHES = {
+    "metrics": _metrics, "records": _records, "marks": _marks, "ks14": _ks14, "record-events": _record_events,
+}
 
 
 def main() -> None:

@@ -49,3 +49,42 @@ def test_an_unknown_part_is_refused_before_anything_is_switched_off() -> None:
         ablate("records,everything")
     assert "everything" in str(refused.value) and all(part in str(refused.value) for part in PARTS)
     assert ablate("") == []
+
+
+# ``record-events``: the records are written, only their turn bookkeeping ``session.updated`` is not sent.
+CHILD_RECORD_EVENTS = textwrap.dedent(
+    """
+    import asyncio
+    from bench.ablation import ablate
+    from consumers.manager_adapters import ManagerEvents
+
+    class Publisher:
+        def __init__(self):
+            self.sent = []
+
+        async def emit_unwatched(self, session_id, event_type, payload):
+            self.sent.append(payload["change"])
+
+        async def emit(self, session_id, event_type, payload):
+            self.sent.append(payload.get("change", event_type))
+            return None
+
+        async def settle(self, sent):
+            return True
+
+    assert ablate("record-events") == ["record-events"]
+    publisher = Publisher()
+    events = ManagerEvents(publisher)
+    for change in ("turn_started", "turn_ended", "usage", "title"):
+        asyncio.run(events.emit("s", "session.updated", {"change": change}))
+    asyncio.run(events.emit("s", "session.deleted", {}))
+    assert publisher.sent == ["usage", "title", "session.deleted"], publisher.sent
+    print("ok")
+    """
+)
+
+
+def test_record_events_silences_only_the_turn_bookkeeping_updates() -> None:
+    done = subprocess.run([sys.executable, "-c", CHILD_RECORD_EVENTS], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
