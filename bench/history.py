@@ -14,6 +14,11 @@ keeps the runs started that day or later.
 
 Per target, for turnstile and for each floor the run measured beside it (``floor``, ``floor+engine``,
 ``turnstile-off``; the PostgreSQL floors beside the fair peer): ``met/runs`` and the median ratio.
+
+``--tails`` adds the paced rows' shape per session count: each worker's paced p50 as a multiple of baseline
+A's in the same run, and its own p99 / p50 (how far its tail sits above its middle), medians over the runs
+that measured it. A p99 target (≤ 2.5× baseline A's p99) is the p50 ratio times the worker's spread over
+baseline A's: this tells a p99 missed through a slow middle from one missed through a long tail.
 """
 
 from __future__ import annotations
@@ -124,10 +129,73 @@ def markdown(runs: list[dict[str, Any]], tallies: list[Tally]) -> str:
     return "\n".join(lines)
 
 
+# The paced rows of ``--tails``: baseline A (its spread only), then the workers compared with it.
+TAIL_WORKERS = ("turnstile", "floor", "floor+engine", "turnstile-off")
+
+
+@dataclass
+class Tails:
+    """One session count's paced rows over the runs: per worker, its p50 over baseline A's and its p99 / p50."""
+
+    sessions: int
+    p50_ratio: dict[str, list[float]] = field(default_factory=dict)
+    spread: dict[str, list[float]] = field(default_factory=dict)
+
+    def cell(self, worker: str) -> str:
+        spreads = self.spread.get(worker)
+        if not spreads:
+            return ""
+        ratios = self.p50_ratio.get(worker)
+        middle = f"p50 {statistics.median(ratios):.2f}× · " if ratios else ""
+        return f"{middle}p99/p50 {statistics.median(spreads):.2f} ({len(spreads)})"
+
+
+def _latency(row: dict[str, Any]) -> tuple[float, float] | None:
+    latency = (row.get("paced") or {}).get("latency") or {}
+    p50, p99 = latency.get("p50_ms"), latency.get("p99_ms")
+    if not isinstance(p50, int | float) or not isinstance(p99, int | float) or p50 <= 0:
+        return None
+    return float(p50), float(p99)
+
+
+def paced_tails(runs: list[dict[str, Any]]) -> list[Tails]:
+    """Per session count (ascending), the plain turn's paced rows of every run beside baseline A's."""
+    by_count: dict[int, Tails] = {}
+    for run in runs:
+        rows = {(r.get("worker"), r.get("sessions")): r for r in run.get("load", []) if r.get("turn") == "plain"}
+        for (worker, sessions), row in rows.items():
+            if worker not in ("baseline", *TAIL_WORKERS) or not isinstance(sessions, int):
+                continue
+            latency = _latency(row)
+            if latency is None:
+                continue
+            tails = by_count.setdefault(sessions, Tails(sessions))
+            tails.spread.setdefault(worker, []).append(latency[1] / latency[0])
+            base = _latency(rows.get(("baseline", sessions)) or {})
+            if worker != "baseline" and base is not None:
+                tails.p50_ratio.setdefault(worker, []).append(latency[0] / base[0])
+    return [by_count[n] for n in sorted(by_count)]
+
+
+def tails_markdown(tails: list[Tails]) -> str:
+    """A table: per session count, baseline A's p99 / p50, and each worker's p50 ratio and p99 / p50."""
+    workers = [w for w in TAIL_WORKERS if any(t.spread.get(w) for t in tails)]
+    lines = [
+        "paced rows: p50 as a multiple of baseline A's, and p99 / p50 of the worker itself (medians; runs)",
+        "",
+        "| sessions | baseline A | " + " | ".join(workers) + " |",
+        "| --- | --- |" + " --- |" * len(workers),
+    ]
+    for t in tails:
+        lines.append(f"| {t.sessions:,} | {t.cell('baseline')} | " + " | ".join(t.cell(w) for w in workers) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="*", type=Path, help="run JSON files not committed yet (after the committed ones)")
     parser.add_argument("--since", help="only runs started on this day (YYYY-MM-DD) or later")
+    parser.add_argument("--tails", action="store_true", help="also the paced rows' p50 ratios and p99 / p50 spreads")
     args = parser.parse_args(argv)
     runs = committed_runs() + [orjson.loads(p.read_bytes()) for p in args.runs]
     kept = full_runs(runs, args.since)
@@ -135,6 +203,9 @@ def main(argv: list[str] | None = None) -> int:
         print("no full run with targets", file=sys.stderr)
         return 1
     print(markdown(kept, tally(kept)))
+    if args.tails:
+        print()
+        print(tails_markdown(paced_tails(kept)))
     return 0
 
 

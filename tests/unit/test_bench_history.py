@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from bench.history import committed_runs, full_runs, main, markdown, tally
+from bench.history import committed_runs, full_runs, main, markdown, paced_tails, tails_markdown, tally
 
 CPU = "worker CPU/msg ≤ 1.5× baseline A @ 100 sessions"
 RSS = "RSS with 10,000 sessions touched ≤ 150 MB"
@@ -69,4 +69,36 @@ def test_runs_not_committed_yet_join_the_committed_ones(tmp_path: Path, capsys: 
     out = capsys.readouterr().out
     assert out.startswith("1 full runs, 2099-01-01 00:00:00 UTC to 2099-01-01 00:00:00 UTC")
     assert f"| {CPU} | 1/1 (1.10) | 1/1 (1.20) | 1/1 (1.20) |" in out
+    assert "paced rows" not in out
+    assert main(["--since", "2099-01-01", "--tails", str(extra)]) == 0
+    assert "| sessions | baseline A |" in capsys.readouterr().out
     assert main(["--since", "2100-01-01"]) == 1
+
+
+def _paced(worker: str, sessions: int, p50: float, p99: float) -> dict[str, Any]:
+    return {"worker": worker, "turn": "plain", "sessions": sessions,
+            "paced": {"latency": {"p50_ms": p50, "p99_ms": p99}}}
+
+
+def test_paced_tails_split_a_p99_into_the_middle_and_the_tail() -> None:
+    run1 = {"load": [
+        _paced("baseline", 100, 2.0, 3.0), _paced("turnstile", 100, 6.0, 12.0), _paced("floor", 100, 4.0, 6.0),
+        _paced("turnstile", 100, 1.0, 1.0) | {"turn": "tools"},  # another turn: not a plain row
+        _paced("lg+nats/pg", 100, 9.0, 9.0),  # not a worker of the table
+    ]}
+    run2 = {"load": [
+        _paced("baseline", 100, 4.0, 8.0), _paced("turnstile", 100, 8.0, 10.0),
+        _paced("turnstile", 1, 5.0, 6.0),  # no baseline A row at 1 session: its spread only
+        _paced("floor", 10_000, 0.0, 1.0),  # no p50: left out
+    ]}
+    t1, t100 = paced_tails([run1, run2])
+    assert t1.sessions == 1 and t1.spread == {"turnstile": [1.2]} and t1.p50_ratio == {}
+    assert t1.cell("turnstile") == "p99/p50 1.20 (1)"
+    assert t100.spread == {"baseline": [1.5, 2.0], "turnstile": [2.0, 1.25], "floor": [1.5]}
+    assert t100.p50_ratio == {"turnstile": [3.0, 2.0], "floor": [2.0]}
+    assert t100.cell("turnstile") == "p50 2.50× · p99/p50 1.62 (2)"
+    assert t100.cell("baseline") == "p99/p50 1.75 (2)" and t100.cell("floor+engine") == ""
+
+    table = tails_markdown([t1, t100])
+    assert "| sessions | baseline A | turnstile | floor |" in table  # no column for a worker never measured
+    assert "| 100 | p99/p50 1.75 (2) | p50 2.50× · p99/p50 1.62 (2) | p50 2.00× · p99/p50 1.50 (1) |" in table
