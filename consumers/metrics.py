@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, GCCollector, Histogram, ProcessCollector
 
 from core.errors import NotFound, TurnstileError
 
@@ -35,6 +35,12 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
+        # prometheus-client's standard process figures (``process_*``: resident memory, CPU seconds, open
+        # files) and the cyclic collector's (``python_gc_*``: collections and objects collected per
+        # generation), read at scrape time: memory over a long run, and whether the old generations are
+        # collected (consumers/idle_gc.py), are watched from outside the process.
+        ProcessCollector(registry=r)
+        GCCollector(registry=r)
         self.inbound_received = Counter(
             "turnstile_inbound_received", "inbound messages fetched from the inbound stream", registry=r
         )

@@ -68,6 +68,12 @@ async def test_metrics_after_a_turn_with_a_tool_call_and_a_dead_letter(
     assert ("turnstile_consumer_pending", ()) in s and ("turnstile_consumer_redelivered", ()) in s
     assert value(s, "turnstile_ownership", state="owner") == 1
     assert value(s, "turnstile_ownership", state="standby") == 0
+    # The process's own figures, as an operator watching memory and the collector over hours reads them.
+    assert value(s, "process_resident_memory_bytes") > 10_000_000
+    assert value(s, "process_cpu_seconds_total") > 0
+    assert value(s, "process_open_fds") > 0
+    assert all(("python_gc_collections_total", (("generation", g),)) in s for g in ("0", "1", "2"))
+    assert value(s, "python_gc_collections_total", generation="0") > 0
 
 
 async def test_healthz_and_readyz_for_the_owner_and_a_standby(service: TurnstileService, settings: Settings) -> None:
