@@ -33,13 +33,11 @@ from typing import Any
 import nats
 import orjson
 
-from bench.common import ROOT, Child, ProcessMeter, delete_streams, wait_until
+from bench.common import ROOT, Child, delete_streams, open_nats_server, wait_until
 from bench.driver import Driver, Meters, session_ids
 from bench.turnstile_load import READY_MARKER, READY_TIMEOUT_S, ServiceConfig, new_prefix
-from consumers.nats_server import NatsServer
 from consumers.settings import Settings
 from consumers.streams import ensure_streams
-from schemas.nats_roles import without_roles
 from schemas.subjects import Subjects
 
 
@@ -56,12 +54,7 @@ def _stats(values: list[float]) -> dict[str, float]:
 async def measure(sessions: int, turns: int, db: str, work: Path, profile: bool, cap: int = 1) -> dict[str, Any]:
     from bench.scenarios import plain_text  # imports LangGraph (the bench extra)
 
-    conf = work / "nats-open.conf"
-    conf.write_text(without_roles((ROOT / "nats.conf").read_text()))
-    server = NatsServer(store_dir=work / "nats", config=conf)
-    await server.start()
-    assert server.process is not None
-    meter = ProcessMeter(server.process.pid)
+    server, meter = await open_nats_server(work)
     nc = await nats.connect(server.url)
     prefix = new_prefix("cd")
     subjects = Subjects(prefix)

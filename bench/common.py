@@ -18,6 +18,8 @@ import psutil
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
+from consumers.nats_server import NatsServer
+from schemas.nats_roles import without_roles
 from schemas.subjects import Subjects
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -246,3 +248,14 @@ class Child:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(5)
+
+
+async def open_nats_server(work: Path) -> tuple[NatsServer, ProcessMeter]:
+    """A nats-server with the repository's ``nats.conf`` but its login roles (the bench's clients are open),
+    its store under ``work/nats``; started. Returns it and the meter of its process."""
+    conf = work / "nats-open.conf"
+    conf.write_text(without_roles((ROOT / "nats.conf").read_text()))
+    server = NatsServer(store_dir=work / "nats", config=conf)
+    await server.start()
+    assert server.process is not None
+    return server, ProcessMeter(server.process.pid)

@@ -40,16 +40,14 @@ import psutil
 from nats.aio.msg import Msg
 
 from bench.ablation import PARTS
-from bench.common import ROOT, Child, ProcessMeter, delete_streams, settled_stream_states, wait_until
+from bench.common import ROOT, Child, delete_streams, open_nats_server, settled_stream_states, wait_until
 from bench.driver import Driver, Meters, message_plan, session_ids
 from bench.pg import fresh_database, pg_url
 from bench.scenarios import plain_text
 from bench.turnstile_load import READY_MARKER, READY_TIMEOUT_S, ServiceConfig, new_prefix
 from consumers.nats_flush import flush
-from consumers.nats_server import NatsServer
 from consumers.settings import Settings
 from consumers.streams import ensure_streams
-from schemas.nats_roles import without_roles
 from schemas.subjects import Subjects
 
 SIZES = {"quick": (50, 600), "full": (100, 3000)}  # (sessions, messages)
@@ -180,12 +178,7 @@ async def _measure(
     sessions: int, messages: int, work: Path, db_env: dict[str, str] | None, profiled: bool, turns: int = 1,
     rate: float | None = None, ablated: tuple[str, ...] = (),
 ) -> dict[str, Any]:
-    conf = work / "nats-open.conf"
-    conf.write_text(without_roles((ROOT / "nats.conf").read_text()))
-    server = NatsServer(store_dir=work / "nats", config=conf)
-    await server.start()
-    assert server.process is not None
-    server_meter = ProcessMeter(server.process.pid)
+    server, server_meter = await open_nats_server(work)
     nc = await nats.connect(server.url)
     tap = await nats.connect(server.url)
     prefix = new_prefix("hp")

@@ -33,16 +33,14 @@ from typing import Any
 import nats
 import orjson
 
-from bench.common import ROOT, Child, ProcessMeter, wait_until
+from bench.common import ROOT, Child, ProcessMeter, open_nats_server, wait_until
 from bench.driver import Driver, Meters, message_plan, session_ids
 from bench.pg import fresh_database, pg_url
 from bench.scenarios import plain_text
 from bench.turnstile_load import READY_MARKER, READY_TIMEOUT_S, ServiceConfig, new_prefix
-from consumers.nats_server import NatsServer
 from consumers.settings import Settings
 from consumers.streams import ensure_streams
 from core.store.migrate import migrate_database
-from schemas.nats_roles import without_roles
 from schemas.subjects import Subjects
 
 
@@ -109,12 +107,7 @@ async def _measure(
     sessions: int, work: Path, env: dict[str, str], trace_frames: int, midway: int | None, settle_s: float,
     migrated: bool = False,
 ) -> dict[str, Any]:
-    conf = work / "nats-open.conf"
-    conf.write_text(without_roles((ROOT / "nats.conf").read_text()))
-    server = NatsServer(store_dir=work / "nats", config=conf)
-    await server.start()
-    assert server.process is not None
-    server_meter = ProcessMeter(server.process.pid)
+    server, server_meter = await open_nats_server(work)
     nc = await nats.connect(server.url)
     prefix = new_prefix("mem")
     subjects = Subjects(prefix)

@@ -24,11 +24,9 @@ from typing import Any
 import nats
 import orjson
 
-from bench.common import ROOT, LatencyStats, ProcessMeter
+from bench.common import ROOT, LatencyStats, ProcessMeter, open_nats_server
 from bench.profiles import PROFILES
 from bench.scenarios import BenchContext, turnstile_load
-from consumers.nats_server import NatsServer
-from schemas.nats_roles import without_roles
 
 EARLY_S = 1.0  # "right after the drain": messages sent in the paced phase's first second
 SLOW_ACK_MS = 25.0  # an inbound publish acked slower than this: the nats-server's store (its fsync) stalled
@@ -56,11 +54,7 @@ def summary(row: dict[str, Any]) -> str:
 
 
 async def run(args: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
-    conf = work / "nats-open.conf"
-    conf.write_text(without_roles((ROOT / "nats.conf").read_text()))
-    server = NatsServer(store_dir=work / "nats", config=conf)
-    await server.start()
-    assert server.process is not None
+    server, _ = await open_nats_server(work)
     nc = await nats.connect(server.url, max_reconnect_attempts=3)
     ctx = BenchContext(nc, server.url, ProcessMeter(server.process.pid), PROFILES[args.profile], work)
     rows = []

@@ -54,15 +54,13 @@ import orjson
 from nats.aio.msg import Msg
 
 from bench.baseline import baseline_settings
-from bench.common import ROOT, Child, ProcessMeter, delete_streams, wait_until
+from bench.common import ROOT, Child, delete_streams, open_nats_server, wait_until
 from bench.driver import Driver, Meters, message_plan, session_ids
 from bench.shape import PublishShape, StreamShape
 from bench.turnstile_load import READY_MARKER, READY_TIMEOUT_S, ServiceConfig, new_prefix, start_floor
 from consumers.nats_flush import flush
-from consumers.nats_server import NatsServer
 from consumers.settings import Settings
 from consumers.streams import ensure_streams
-from schemas.nats_roles import without_roles
 from schemas.subjects import Subjects
 
 Mark = tuple[float, str]  # (time.time(), kind)
@@ -197,12 +195,7 @@ async def _measure(
 ) -> dict[str, Any]:
     from bench.scenarios import plain_text  # imports LangGraph (the bench extra): not needed by the pure helpers
 
-    conf = work / "nats-open.conf"
-    conf.write_text(without_roles((ROOT / "nats.conf").read_text()))
-    server = NatsServer(store_dir=work / "nats", config=conf)
-    await server.start()
-    assert server.process is not None
-    server_meter = ProcessMeter(server.process.pid)
+    server, server_meter = await open_nats_server(work)
     nc = await nats.connect(server.url)
     tap = await nats.connect(server.url)
     prefix = new_prefix("tl")
