@@ -9,9 +9,9 @@ and old generations' collections free. Between messages the service collects whi
 (``consumers/idle_gc.py``); this run shows whether the older generations are still collected at a load
 where the young count rarely reaches ``TURNSTILE_GC_THRESHOLD`` on its own.
 
-Every ``--every`` seconds (an interval): the replies' p50 / p99, the service's RSS (psutil) and, from its
-``/metrics``, the collections of each generation (``python_gc_collections_total``) and the live session
-actors. A line per interval, then a verdict: RSS over the second half as a least-squares slope (MB an
+Every ``--every`` seconds (an interval): the replies' p50 / p99 and, from the service's
+``/metrics``, its resident memory (``process_resident_memory_bytes``), the collections of each generation
+(``python_gc_collections_total``) and the live session actors. A line per interval, then a verdict: RSS over the second half as a least-squares slope (MB an
 hour), and how many collections of each generation ran. Writes ``var/bench/soak-latest.json``.
 """
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import math
 import shutil
 import sys
@@ -100,50 +101,47 @@ async def _scrape(url: str) -> dict[str, float]:
 
 
 async def soak(sessions: int, rate: float, minutes: float, every_s: float, work: Path) -> dict[str, Any]:
-    server, server_meter = await open_nats_server(work)
-    nc = await nats.connect(server.url, max_reconnect_attempts=3)
-    prefix = new_prefix("soak")
-    subjects = Subjects(prefix)
-    await ensure_streams(nc.jetstream(), Settings(nats_url=server.url, prefix=prefix), subjects)
-    driver = Driver(nc, subjects, Meters(server_meter, server_meter))
-    await driver.attach()
-    port = free_port()
-    config = ServiceConfig(server.url, prefix, work / "soak.db", {"TURNSTILE_HTTP_PORT": str(port)})
-    child = await start_service(config, work / "service.log")
-    driver.timer.meters = Meters(child.meter, server_meter)
-    metrics_url = f"http://127.0.0.1:{port}/metrics"
     out: dict[str, Any] = {
         "started_at": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
         "sessions": sessions, "rate_per_s": rate, "minutes": minutes, "every_s": every_s, "intervals": [],
     }
-    try:
+    async with contextlib.AsyncExitStack() as stack:
+        server, server_meter = await open_nats_server(work)
+        stack.push_async_callback(server.stop)
+        nc = await nats.connect(server.url, max_reconnect_attempts=3)
+        stack.push_async_callback(nc.close)
+        prefix = new_prefix("soak")
+        subjects = Subjects(prefix)
+        await ensure_streams(nc.jetstream(), Settings(nats_url=server.url, prefix=prefix), subjects)
+        driver = Driver(nc, subjects, Meters(server_meter, server_meter))
+        await driver.attach()
+        stack.push_async_callback(driver.detach)
+        port = free_port()
+        config = ServiceConfig(server.url, prefix, work / "soak.db", {"TURNSTILE_HTTP_PORT": str(port)})
+        child = await start_service(config, work / "service.log")
+        stack.push_async_callback(child.stop)
+        driver.timer.meters = Meters(child.meter, server_meter)
+        metrics_url = f"http://127.0.0.1:{port}/metrics"
         sids = session_ids(uuid.uuid4().hex[:8], sessions)
         await driver.preload(message_plan(sids, sessions, plain_text), open_window=True)
         first = await driver.measure_drain(sessions, REPLY_TIMEOUT_S + sessions * 0.025)
         out["first_turns"] = {"answered": first.answered, "msgs_per_s": first.msgs_per_s}
         per_interval = max(1, round(rate * every_s))
         start = time.monotonic()
-        sent = 0
-        for _ in range(max(1, math.ceil(minutes * 60 / every_s))):
+        for k in range(max(1, math.ceil(minutes * 60 / every_s))):
+            sent = k * per_interval
             plan = [(sids[(sent + i) % sessions], plain_text(sent + i)) for i in range(per_interval)]
-            sent += per_interval
             paced = await driver.paced(plan, rate, sessions, REPLY_TIMEOUT_S)
-            figures = await _scrape(metrics_url)
             row = {
                 "at_s": round(time.monotonic() - start, 1),
                 "sent": paced.sent, "answered": paced.answered,
                 "p50_ms": paced.latency.p50_ms, "p99_ms": paced.latency.p99_ms,
                 "worker_cpu_us_per_msg": paced.worker_cpu_us_per_msg,
-                "rss_bytes": child.meter.rss_bytes(), **figures,
+                **await _scrape(metrics_url),  # the RSS too: the service's own process_resident_memory_bytes
             }
             out["intervals"].append(row)
             _say(_line(row))
         out["verdict"] = verdict(out["intervals"])
-    finally:
-        await child.stop()
-        await driver.detach()
-        await nc.close()
-        await server.stop()
     return out
 
 
