@@ -24,7 +24,7 @@ from typing import Any
 import nats
 import orjson
 
-from bench.common import ROOT, LatencyStats, ProcessMeter, open_nats_server
+from bench.common import ROOT, LatencyStats, open_nats_server
 from bench.profiles import PROFILES
 from bench.scenarios import BenchContext, turnstile_load
 
@@ -54,9 +54,9 @@ def summary(row: dict[str, Any]) -> str:
 
 
 async def run(args: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
-    server, _ = await open_nats_server(work)
+    server, server_meter = await open_nats_server(work)
     nc = await nats.connect(server.url, max_reconnect_attempts=3)
-    ctx = BenchContext(nc, server.url, ProcessMeter(server.process.pid), PROFILES[args.profile], work)
+    ctx = BenchContext(nc, server.url, server_meter, PROFILES[args.profile], work)
     rows = []
     try:
         for i in range(args.runs):
