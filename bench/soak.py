@@ -12,7 +12,9 @@ where the young count rarely reaches ``TURNSTILE_GC_THRESHOLD`` on its own.
 Every ``--every`` seconds (an interval): the replies' p50 / p99 and, from the service's
 ``/metrics``, its resident memory (``process_resident_memory_bytes``), the collections of each generation
 (``python_gc_collections_total``) and the live session actors. A line per interval, then a verdict: RSS over the second half as a least-squares slope (MB an
-hour), and how many collections of each generation ran. Writes ``var/bench/soak-latest.json``.
+hour), and how many collections of each generation ran. At the end one full collection in the service (the
+probes of bench/memory_service.py, which runs the unmodified service) counts the reference cycles that were
+still waiting for an older generation's collection. Writes ``var/bench/soak-latest.json``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import asyncio
 import contextlib
 import math
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -35,10 +38,10 @@ import nats
 import orjson
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.common import ROOT, open_nats_server
+from bench.common import ROOT, Child, open_nats_server, wait_until
 from bench.driver import Driver, Meters, message_plan, session_ids
 from bench.scenarios import plain_text
-from bench.turnstile_load import ServiceConfig, new_prefix, start_service
+from bench.turnstile_load import READY_MARKER, READY_TIMEOUT_S, ServiceConfig, new_prefix
 from consumers.nats_server import free_port
 from consumers.settings import Settings
 from consumers.streams import ensure_streams
@@ -118,8 +121,12 @@ async def soak(sessions: int, rate: float, minutes: float, every_s: float, work:
         stack.push_async_callback(driver.detach)
         port = free_port()
         config = ServiceConfig(server.url, prefix, work / "soak.db", {"TURNSTILE_HTTP_PORT": str(port)})
-        child = await start_service(config, work / "service.log")
+        dump = work / "memory"
+        # The unmodified service under bench/memory_service.py, whose probes run only at the SIGUSR1 of the end.
+        child = Child(["-m", "bench.memory_service"], {**config.env(), "BENCH_MEMORY_OUT": str(dump)},
+                      work / "service.log")
         stack.push_async_callback(child.stop)
+        await child.wait_ready(READY_MARKER, READY_TIMEOUT_S)
         driver.timer.meters = Meters(child.meter, server_meter)
         metrics_url = f"http://127.0.0.1:{port}/metrics"
         sids = session_ids(uuid.uuid4().hex[:8], sessions)
@@ -142,7 +149,28 @@ async def soak(sessions: int, rate: float, minutes: float, every_s: float, work:
             out["intervals"].append(row)
             _say(_line(row))
         out["verdict"] = verdict(out["intervals"])
+        out["end"] = await _final_dump(child, dump)
     return out
+
+
+async def _final_dump(child: Child, dump: Path) -> dict[str, Any]:
+    """At the end, one full collection in the service (bench/memory_service.py): the reference cycles that were
+    waiting for an older generation's collection, and the RSS before and after glibc's ``malloc_trim``."""
+    child.proc.send_signal(signal.SIGUSR1)
+    done = Path(str(dump) + ".done")
+    if not await wait_until(done.exists, 300, 0.1):
+        raise RuntimeError("the service wrote no memory dump")
+    data = orjson.loads(await asyncio.to_thread(Path(str(dump) + ".json").read_bytes))
+    garbage = data["cyclic_garbage"]
+    return {
+        "cyclic_garbage_objects": garbage["objects"],
+        "cyclic_garbage_shallow_bytes": garbage["shallow_bytes"],
+        "cyclic_garbage_by_type": garbage["by_type"][:10],
+        "gc_objects": data["gc_objects"],
+        "rss_before_trim_bytes": data["rss_before_trim_bytes"],
+        "rss_after_trim_bytes": data["rss_after_trim_bytes"],
+        "bytes_per_actor": data["actor_retained"].get("bytes_per_actor"),
+    }
 
 
 def _line(row: dict[str, Any]) -> str:
@@ -179,6 +207,13 @@ def main(argv: list[str] | None = None) -> int:
             f"{v['rss_mb_per_hour_second_half']:+.1f} MB/h; collections of generations 0 / 1 / 2: "
             + " / ".join(f"{v['collections'][g]:.0f}" for g in GENERATIONS)
             + f"; answered {v['answered']}/{v['sent']}"
+        )
+    end = result.get("end")
+    if end:
+        _say(
+            f"at the end, one full collection found {end['cyclic_garbage_objects']:,} objects in reference cycles "
+            f"({end['cyclic_garbage_shallow_bytes'] / 2**20:.2f} MB shallow); RSS {end['rss_before_trim_bytes'] / 2**20:.1f} MB, "
+            f"{end['rss_after_trim_bytes'] / 2**20:.1f} after malloc_trim"
         )
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "soak-latest.json"
