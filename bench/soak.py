@@ -213,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
         _say(
             f"at the end, one full collection found {end['cyclic_garbage_objects']:,} objects in reference cycles "
             f"({end['cyclic_garbage_shallow_bytes'] / 2**20:.2f} MB shallow); RSS {end['rss_before_trim_bytes'] / 2**20:.1f} MB, "
-            f"{end['rss_after_trim_bytes'] / 2**20:.1f} after malloc_trim"
+            f"{end['rss_after_trim_bytes'] / 2**20:.1f} after malloc_trim; a loaded session's actor holds "
+            f"{(end['bytes_per_actor'] or 0) / 1024:.0f} kB alone (a referent walk of 20 of them)"
         )
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "soak-latest.json"
