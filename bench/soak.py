@@ -40,7 +40,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bench.common import ROOT, Child, open_nats_server, wait_until
 from bench.driver import Driver, Meters, message_plan, session_ids
-from bench.scenarios import plain_text
 from bench.turnstile_load import READY_MARKER, READY_TIMEOUT_S, ServiceConfig, new_prefix
 from consumers.nats_server import free_port
 from consumers.settings import Settings
@@ -104,6 +103,8 @@ async def _scrape(url: str) -> dict[str, float]:
 
 
 async def soak(sessions: int, rate: float, minutes: float, every_s: float, work: Path) -> dict[str, Any]:
+    from bench.scenarios import plain_text  # imports LangGraph (the bench extra): not for the unit tests
+
     out: dict[str, Any] = {
         "started_at": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
         "sessions": sessions, "rate_per_s": rate, "minutes": minutes, "every_s": every_s, "intervals": [],
