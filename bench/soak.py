@@ -25,6 +25,7 @@ import contextlib
 import math
 import shutil
 import signal
+import statistics
 import sys
 import tempfile
 import time
@@ -65,16 +66,11 @@ def service_figures(metrics_text: str) -> dict[str, float]:
 
 def slope_per_hour(points: list[tuple[float, float]]) -> float:
     """The least-squares slope of ``(seconds, value)`` points, per hour (0 with fewer than two distinct times)."""
-    n = len(points)
-    if n < 2:
+    try:
+        fit = statistics.linear_regression([t for t, _ in points], [v for _, v in points])
+    except statistics.StatisticsError:  # fewer than two points, or all at one time
         return 0.0
-    mean_t = sum(t for t, _ in points) / n
-    mean_v = sum(v for _, v in points) / n
-    var_t = sum((t - mean_t) ** 2 for t, _ in points)
-    if var_t == 0:
-        return 0.0
-    cov = sum((t - mean_t) * (v - mean_v) for t, v in points)
-    return cov / var_t * 3600.0
+    return fit.slope * 3600.0
 
 
 def verdict(intervals: list[dict[str, Any]]) -> dict[str, Any]:
